@@ -1,0 +1,105 @@
+// comm/communicator.h: the collective interface every strategy talks to.
+//
+// Terms (used the same way in ring.cpp and the tests):
+//   N       number of ranks; rank r sends to rank (r+1)%N and receives from (r-1+N)%N.
+//   count   number of elements of the *full* tensor (not bytes, not a shard).
+//   shard   rank r's part of a full tensor: shard_of(count, N, r). Shards have
+//           S = ceil(count / N) elements, the last ones fewer (possibly zero) when N does
+//           not divide count. ReduceScatter leaves shard r of the reduction on rank r;
+//           AllGather concatenates the shards in rank order.
+//
+// Blocking calls return when this rank's part is complete. Async calls return a
+// WorkHandle at once; they run in issue order on this rank's comm thread, so compute can
+// go on meanwhile. Every wait is bounded by the communicator's timeout: a dead peer
+// becomes an rz::Error naming the peer rank and the collective, never a hang.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace rz {
+
+enum class DType : int { f32, bf16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "fp32", "bf16"
+
+// avg divides the finished sum by N on the rank that owns the shard, in fp32, after the
+// last hop; so all_reduce(avg) and reduce_scatter(avg) give bitwise the same shard.
+enum class ReduceOp : int { sum, avg };
+const char* reduce_op_name(ReduceOp op);
+
+enum class CollectiveKind : int { all_gather, reduce_scatter, all_reduce, broadcast, barrier };
+constexpr int kNumCollectiveKinds = 5;
+const char* collective_name(CollectiveKind k);  // "all_reduce", ...
+
+struct ShardRange {
+  size_t offset = 0;  // first element of the shard in the full tensor
+  size_t count = 0;   // elements in the shard (0 for trailing ranks of a tiny tensor)
+};
+ShardRange shard_of(size_t count, int nranks, int rank);
+
+// Per-collective byte and time counters of one rank. Bytes are payload bytes that this
+// rank put on / took off its channels; an AllReduce of M bytes sends 2(N-1)/N x M.
+struct CommCounters {
+  uint64_t calls = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_recv = 0;
+  double seconds = 0.0;  // wall time spent executing the collective on the comm path
+};
+
+struct CommStats {
+  CommCounters by_kind[kNumCollectiveKinds];
+  CommCounters total() const;
+  void reset() { *this = CommStats{}; }
+};
+
+// A pending async collective. wait() rethrows the collective's error, if any.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool done() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+// Runs on the comm thread right after an async collective finished successfully (e.g. to
+// accumulate a reduced shard and release a staging buffer). It must not issue collectives.
+using OnDone = std::function<void()>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string transport_name() const = 0;  // "thread", "shm", "tcp"
+
+  // In place: buf holds count elements on entry and the reduction on exit.
+  virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
+  // in: count elements; out: shard_of(count, N, rank()).count elements. in != out.
+  virtual void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) = 0;
+  // shard: this rank's shard_of(count, N, rank()).count elements; out: count elements.
+  // shard may alias out + shard offset (in-place AllGather).
+  virtual void all_gather(const void* shard, void* out, size_t count, DType dtype) = 0;
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+
+  virtual WorkHandle all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op,
+                                      OnDone on_done = {}) = 0;
+  virtual WorkHandle reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
+                                          ReduceOp op, OnDone on_done = {}) = 0;
+  virtual WorkHandle all_gather_async(const void* shard, void* out, size_t count, DType dtype,
+                                      OnDone on_done = {}) = 0;
+  virtual WorkHandle broadcast_async(void* buf, size_t count, DType dtype, int root,
+                                     OnDone on_done = {}) = 0;
+
+  // Counters since construction or the last reset_stats(); read them when no async
+  // collective is in flight (after waiting on its handle).
+  virtual const CommStats& stats() const = 0;
+  virtual void reset_stats() = 0;
+};
+
+}  // namespace rz

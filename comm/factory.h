@@ -1,0 +1,43 @@
+// comm/factory.h: how a rank gets its Communicator.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace rz {
+
+struct CommOptions {
+  std::string transport = "auto";   // auto | thread | shm | tcp; auto = shm when all ranks share a host
+  double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
+  size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
+  bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
+};
+
+// The identity of this process as a rank, read from the environment: RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's names), falling back to SLURM_PROCID /
+// SLURM_NTASKS / SLURM_LOCALID and OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, and the
+// job token RINGZERO_JOB_TOKEN. With none of them set: a single rank (rank 0 of 1).
+struct RankEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string job_token;
+};
+RankEnv rank_env_from_environment();
+
+// Connects this process to the others: rendezvous at master_addr:master_port (rank 0
+// serves the store), then builds the ring over the chosen transport. world_size 1 gives
+// a communicator whose collectives are local copies.
+std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& opts);
+
+// N ranks as threads of this process (tests, comm-trace): element r is rank r's
+// communicator; each must be driven from its own thread.
+std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int nranks,
+                                                                     const CommOptions& opts);
+
+}  // namespace rz

@@ -1,0 +1,35 @@
+// data/tokenizer.h: one interface for the byte, GPT-2 BPE and llm.c tokenizer.bin tokenizers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rz {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  // "byte", "gpt2", "llmc"
+  virtual std::vector<int> encode(std::string_view text) const = 0;
+  // Throws rz::Error for a token id outside [0, vocab_size).
+  virtual std::string decode(const std::vector<int>& tokens) const = 0;
+  virtual std::string decode_token(int token) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int eot() const = 0;
+};
+
+// byte: the 256 byte values plus an end-of-text token 256 (vocab 257).
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+// gpt2: dir holds encoder.json and vocab.bpe.
+std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir);
+// llm.c tokenizer.bin (magic 20240328, version 2); decode only (encode throws).
+std::unique_ptr<Tokenizer> load_llmc_tokenizer(const std::string& path);
+void write_llmc_tokenizer(const Tokenizer& tok, const std::string& path);
+
+// By name: "byte", "gpt2" (needs gpt2_dir), or a path to a tokenizer.bin.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& gpt2_dir);
+
+}  // namespace rz

@@ -1,0 +1,37 @@
+// model/config.h: GPT-2 shape, presets and precision.
+//
+// Legend used across model/ and kernels/: B batch, T time (sequence), C channels,
+// L layers, NH heads, V vocab, Vp padded vocab (V rounded up to a multiple of 64),
+// maxT the longest sequence (rows of wpe).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rz {
+
+struct GPT2Config {
+  int max_seq_len = 1024;         // maxT
+  int vocab_size = 50257;         // V
+  int padded_vocab_size = 50304;  // Vp = round_up(V, 64)
+  int num_layers = 12;            // L
+  int num_heads = 12;             // NH
+  int channels = 768;             // C
+};
+
+// Presets: tiny (tests), d2, d4, d6, d12 (GPT-2 124M), d24, d36, d48. Vocab and maxT of a
+// preset are GPT-2's (50257, 1024) unless overridden; tiny is small everywhere.
+// Throws rz::Error naming the unknown preset.
+GPT2Config model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+// Fills padded_vocab_size from vocab_size and checks the shape (C % NH == 0, sizes
+// positive and not absurd). Throws rz::Error naming the bad field.
+void finalize_config(GPT2Config& cfg);
+
+enum class Precision : int { fp32, bf16 };
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& s);  // throws naming the value
+inline size_t precision_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+}  // namespace rz

@@ -1,0 +1,70 @@
+// model/gpt2.h: GPT-2 forward and backward over the flat parameter buffer.
+//
+// Shapes follow llm.c. Parameters are stored in the model's precision (fp32 or bf16);
+// in bf16 mode activations are bf16 too and every kernel computes in fp32. The
+// optimizer's fp32 master weights and AdamW state belong to the strategy (zero/), not
+// here: the model only reads params() and writes gradients into a GradSink.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/grad_sink.h"
+#include "model/layout.h"
+
+namespace rz {
+
+struct ModelOptions {
+  Precision precision = Precision::fp32;
+  bool recompute_gelu = false;  // keep no fc GELU outputs; recompute them in backward
+};
+
+class GPT2 {
+ public:
+  GPT2(const GPT2Config& cfg, const ModelOptions& opts);
+  ~GPT2();
+  GPT2(const GPT2&) = delete;
+  GPT2& operator=(const GPT2&) = delete;
+
+  const GPT2Config& config() const;
+  const ParamLayout& layout() const;
+  Precision precision() const;
+
+  // layout().total elements, float (fp32) or bf16 (bf16 mode); MemTag::params.
+  void* params();
+  const void* params() const;
+  // Copies to / from an fp32 array in the internal layout (rounds to bf16 in bf16 mode).
+  void get_params_f32(float* out) const;
+  void set_params_f32(const float* in);
+
+  // GPT-2 initialisation as llm.c does it (normal(0, 0.02), residual projections scaled
+  // by 1/sqrt(2L), biases zero, layernorm weights one), deterministic in the seed.
+  // Padded rows of wte are zero.
+  void init_random(uint64_t seed);
+
+  // inputs, targets: (B, T) token ids; targets may be null (no loss). Activations are
+  // (re)allocated for the largest (B, T) seen (MemTag::activations). Returns the mean
+  // loss over B*T (NaN-free check is the caller's), or 0 when targets is null.
+  float forward(const int* inputs, const int* targets, int B, int T);
+
+  // Backward of the last forward (which must have had targets). The loss gradient is
+  // loss_scale / (B*T) per position: pass 1/grad_accum_steps when accumulating.
+  void backward(GradSink& sink, float loss_scale = 1.0f);
+
+  // Logits of the last forward as fp32: (B, T, Vp) row-major, padded columns included.
+  void logits_f32(std::vector<float>& out) const;
+  // Per-position losses of the last forward: (B, T).
+  void losses_f32(std::vector<float>& out) const;
+
+  // Activation bytes the model would allocate for (B, T); used by `ringzero memory`.
+  static size_t activation_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rz

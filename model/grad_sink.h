@@ -1,0 +1,55 @@
+// model/grad_sink.h: where backward writes gradients, and how it says they are done.
+//
+// A strategy supplies the sink. Single-rank training and DDP use a full gradient buffer
+// (FullGradSink); ZeRO-2 hands out staging buckets and reduce-scatters each one as soon
+// as backward reports it finished. Gradients are stored in the model's precision (float
+// in fp32 mode, bf16 in bf16 mode) and backward accumulates into them (+=).
+#pragma once
+
+#include <cstddef>
+
+#include "base/memory.h"
+#include "model/layout.h"
+
+namespace rz {
+
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+
+  // Once at the start of each backward (each micro-step).
+  virtual void begin_backward() {}
+
+  // Storage for the gradients of layout range [offset, offset + count), which lies inside
+  // one parameter tensor. Backward adds into it; the first request of a range within a
+  // step's accumulation window sees what the sink decides (zeros for a fresh bucket, the
+  // accumulated sum for a full buffer).
+  virtual void* grad_ptr(size_t offset, size_t count) = 0;
+
+  // Gradients of layout range [begin, end) are final for this backward. Called in layout
+  // order with consecutive ranges that cover [0, layout.total) exactly once per backward:
+  // lnf first, then each layer L-1 .. 0, then the embeddings.
+  virtual void grads_ready(size_t begin, size_t end) = 0;
+
+  // Once at the end of each backward, after the last grads_ready.
+  virtual void end_backward() {}
+};
+
+// The plain sink: one full gradient buffer (MemTag::grads) in the model's precision.
+class FullGradSink : public GradSink {
+ public:
+  FullGradSink(size_t total, Precision precision);
+  void* grad_ptr(size_t offset, size_t count) override;
+  void grads_ready(size_t begin, size_t end) override {}
+  void zero();  // start a new accumulation window
+  void* data() { return grads_.data(); }
+  size_t total() const { return total_; }
+  Precision precision() const { return precision_; }
+
+ private:
+  size_t total_;
+  Precision precision_;
+  Buffer<unsigned char> grads_;
+};
+
+}  // namespace rz

@@ -1,0 +1,53 @@
+// ringzero: a standalone trainer for small GPTs with its own ring collectives.
+// This file only dispatches to the subcommands registered in train/cmd_*.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "base/check.h"
+#include "train/command.h"
+
+namespace rz {
+std::vector<Command>& command_registry() {
+  static std::vector<Command> registry;
+  return registry;
+}
+}  // namespace rz
+
+static void print_usage(FILE* out) {
+  auto cmds = rz::command_registry();
+  std::sort(cmds.begin(), cmds.end(), [](const rz::Command& a, const rz::Command& b) {
+    return a.order != b.order ? a.order < b.order : a.name < b.name;
+  });
+  std::fprintf(out,
+               "ringzero: train small GPTs on one or many ranks with DDP, ZeRO-1 or ZeRO-2\n"
+               "over ringzero's own ring collectives.\n\n"
+               "usage: ringzero <command> [options]   (ringzero <command> --help for each)\n\n"
+               "commands:\n");
+  for (const auto& c : cmds) std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    print_usage(stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const auto& cmds = rz::command_registry();
+  auto it = std::find_if(cmds.begin(), cmds.end(),
+                         [&](const rz::Command& c) { return c.name == argv[1]; });
+  if (it == cmds.end()) {
+    std::fprintf(stderr, "ringzero: error: unknown command '%s' (ringzero --help lists them)\n", argv[1]);
+    return 2;
+  }
+  try {
+    return it->run(argc - 1, argv + 1);
+  } catch (const rz::Error& e) {
+    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());
+    return 1;
+  }
+}
