@@ -1,0 +1,288 @@
+#include "comm/launch.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "base/check.h"
+
+namespace rz {
+
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int err_fd = -1;        // read end of the child's stderr pipe
+  std::string pending;    // stderr bytes not yet ending in a newline
+  std::string last_line;  // last complete stderr line (its error, if it failed)
+  bool running = true;
+  int status = 0;         // exit code, or 128 + signal
+};
+
+int decode_status(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+std::string describe_status(int status) {
+  if (status > 128) return strfmt("was killed by signal %d (%s)", status - 128, strsignal(status - 128));
+  return strfmt("exited with status %d", status);
+}
+
+// Echo complete lines of a child's stderr with a rank prefix; keep the last one.
+void drain_stderr(Child& c, bool flush_partial) {
+  if (c.err_fd >= 0) {
+    char buf[4096];
+    for (;;) {
+      ssize_t n = read(c.err_fd, buf, sizeof(buf));
+      if (n > 0) {
+        c.pending.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) {  // EOF: the child closed stderr (it exited)
+        close(c.err_fd);
+        c.err_fd = -1;
+        flush_partial = true;
+      }
+      break;  // EAGAIN or error: nothing more right now
+    }
+  }
+  size_t start = 0;
+  for (size_t nl; (nl = c.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = c.pending.substr(start, nl - start);
+    std::fprintf(stderr, "[rank %d] %s\n", c.rank, line.c_str());
+    if (!line.empty()) c.last_line = line;
+  }
+  c.pending.erase(0, start);
+  if (flush_partial && !c.pending.empty()) {
+    std::fprintf(stderr, "[rank %d] %s\n", c.rank, c.pending.c_str());
+    c.last_line = c.pending;
+    c.pending.clear();
+  }
+}
+
+void signal_running(std::vector<Child>& children, int sig) {
+  for (auto& c : children)
+    if (c.running) kill(c.pid, sig);
+}
+
+// Reap every child that has exited; returns how many are still running.
+int reap(std::vector<Child>& children) {
+  int running = 0;
+  for (auto& c : children) {
+    if (!c.running) continue;
+    int wstatus = 0;
+    pid_t r = waitpid(c.pid, &wstatus, WNOHANG);
+    if (r == c.pid) {
+      c.running = false;
+      c.status = decode_status(wstatus);
+      drain_stderr(c, true);
+    } else {
+      ++running;
+    }
+  }
+  return running;
+}
+
+void pump_stderr(std::vector<Child>& children, int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<Child*> owners;
+  for (auto& c : children)
+    if (c.err_fd >= 0) {
+      fds.push_back({c.err_fd, POLLIN, 0});
+      owners.push_back(&c);
+    }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return;
+  }
+  int n = poll(fds.data(), fds.size(), timeout_ms);
+  if (n <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain_stderr(*owners[i], false);
+}
+
+std::vector<char*> as_c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+bool launched_by_ringzero() {
+  const char* v = std::getenv("RINGZERO_LAUNCHED");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::string self_executable() {
+  char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  RZ_CHECK(n > 0, "cannot find the running executable (/proc/self/exe): %s", errno_string().c_str());
+  path[n] = '\0';
+  return path;
+}
+
+int pick_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  RZ_SYSCHECK(fd, "launcher: socket()");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    std::string why = errno_string();
+    close(fd);
+    RZ_FAIL("launcher: cannot find a free TCP port: %s", why.c_str());
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string random_job_token() {
+  unsigned char bytes[16];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  RZ_SYSCHECK(fd, "launcher: open /dev/urandom");
+  ssize_t n = read(fd, bytes, sizeof(bytes));
+  close(fd);
+  RZ_CHECK(n == static_cast<ssize_t>(sizeof(bytes)), "launcher: short read from /dev/urandom");
+  std::string hex;
+  for (unsigned char b : bytes) hex += strfmt("%02x", b);
+  return hex;
+}
+
+int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchOptions& opts) {
+  RZ_CHECK(!child_argv.empty(), "launcher: no command to run");
+  RZ_CHECK(opts.nproc_per_node >= 1 && opts.nproc_per_node <= 1024,
+           "--nproc-per-node must be in 1..1024, got %d", opts.nproc_per_node);
+  RZ_CHECK(opts.nnodes >= 1, "--nnodes must be at least 1, got %d", opts.nnodes);
+  RZ_CHECK(opts.node_rank >= 0 && opts.node_rank < opts.nnodes,
+           "--node-rank must be in 0..%d, got %d", opts.nnodes - 1, opts.node_rank);
+
+  std::string token = opts.job_token;
+  if (token.empty() && std::getenv("RINGZERO_JOB_TOKEN")) token = std::getenv("RINGZERO_JOB_TOKEN");
+  int port = opts.master_port;
+  if (opts.nnodes > 1) {
+    RZ_CHECK(port > 0, "--master-port is required with --nnodes %d (every node must use the same one)",
+             opts.nnodes);
+    RZ_CHECK(!token.empty(),
+             "set RINGZERO_JOB_TOKEN to the same secret on every node when --nnodes is %d", opts.nnodes);
+  } else {
+    if (port == 0) port = pick_free_port();
+    if (token.empty()) token = random_job_token();
+  }
+  const int world = opts.nnodes * opts.nproc_per_node;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int omp_threads = static_cast<int>(std::max(1L, cores / opts.nproc_per_node));
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_stop_signal = 0;
+
+  std::vector<Child> children(static_cast<size_t>(opts.nproc_per_node));
+  for (int local = 0; local < opts.nproc_per_node; ++local) {
+    Child& c = children[static_cast<size_t>(local)];
+    c.rank = opts.node_rank * opts.nproc_per_node + local;
+    int pipefd[2];
+    RZ_SYSCHECK(pipe2(pipefd, O_CLOEXEC), "launcher: pipe()");
+    std::vector<std::string> env_kv = {
+        "RANK=" + std::to_string(c.rank),
+        "WORLD_SIZE=" + std::to_string(world),
+        "LOCAL_RANK=" + std::to_string(local),
+        "LOCAL_WORLD_SIZE=" + std::to_string(opts.nproc_per_node),
+        "MASTER_ADDR=" + opts.master_addr,
+        "MASTER_PORT=" + std::to_string(port),
+        "RINGZERO_JOB_TOKEN=" + token,
+        "RINGZERO_LAUNCHED=1",
+    };
+    std::vector<std::string> args = child_argv;
+    pid_t pid = fork();
+    RZ_SYSCHECK(pid, "launcher: fork() for rank %d", c.rank);
+    if (pid == 0) {
+      // Child: stderr into the pipe, rank variables into the environment, then exec.
+      dup2(pipefd[1], STDERR_FILENO);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      for (auto& kv : env_kv) putenv(kv.data());
+      if (!std::getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", std::to_string(omp_threads).c_str(), 1);
+      auto cargs = as_c_strings(args);
+      execv(cargs[0], cargs.data());
+      std::fprintf(stderr, "cannot execute %s: %s\n", cargs[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(pipefd[1]);
+    fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
+    c.pid = pid;
+    c.err_fd = pipefd[0];
+  }
+
+  // Watch: the first failure (or a stop signal) stops everyone.
+  int first_failed = -1;
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  bool killed = false;
+  for (;;) {
+    pump_stderr(children, 50);
+    int running = reap(children);
+    if (!stopping) {
+      for (auto& c : children)
+        if (!c.running && c.status != 0) {
+          first_failed = c.rank - opts.node_rank * opts.nproc_per_node;
+          break;
+        }
+      if (first_failed >= 0 || g_stop_signal != 0) {
+        stopping = true;
+        signal_running(children, SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<long>(opts.stop_grace_s * 1000));
+      }
+    } else if (!killed && std::chrono::steady_clock::now() > stop_deadline) {
+      signal_running(children, SIGKILL);
+      killed = true;
+    }
+    if (running == 0) break;
+  }
+  for (auto& c : children) drain_stderr(c, true);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  if (first_failed >= 0) {
+    const Child& c = children[static_cast<size_t>(first_failed)];
+    std::fprintf(stderr, "ringzero: rank %d %s; stopped the other ranks%s%s\n", c.rank,
+                 describe_status(c.status).c_str(), c.last_line.empty() ? "" : ". Its error: ",
+                 c.last_line.c_str());
+    return c.status;
+  }
+  if (g_stop_signal != 0) {
+    std::fprintf(stderr, "ringzero: interrupted (signal %d); stopped all ranks\n", static_cast<int>(g_stop_signal));
+    return 128 + g_stop_signal;
+  }
+  return 0;
+}
+
+}  // namespace rz

@@ -1,0 +1,49 @@
+// comm/launch.h: ringzero as its own launcher (no torchrun).
+//
+// `ringzero train --nproc-per-node N ...` (and `comm-bench --nproc N`) re-execute this
+// executable N times. Each child gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), the job token RINGZERO_JOB_TOKEN that the
+// rendezvous store demands, RINGZERO_LAUNCHED=1 (so it does not launch again) and, unless
+// the user set it, OMP_NUM_THREADS = cores / N so ranks do not oversubscribe the CPU.
+//
+// The launcher watches its children. Their stderr is read through pipes and echoed line by
+// line as "[rank R] ..."; stdout is inherited untouched (rank 0's live progress line).
+// When a child fails (non-zero exit or a signal) the launcher stops the others (SIGTERM,
+// then SIGKILL after a grace period), prints which rank failed and its last error line,
+// and returns that rank's status. Ctrl-C (SIGINT) or SIGTERM to the launcher stops all
+// ranks the same way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rz {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;        // 0: pick a free port (single node only)
+  std::string job_token;      // empty: RINGZERO_JOB_TOKEN from the environment, else random (single node)
+  double stop_grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the other ranks
+};
+
+// Runs child_argv (child_argv[0] is the program to exec, e.g. self_executable()) once per
+// local rank and waits for all of them. Returns 0 when every rank exited 0, else the
+// status of the first rank that failed (its exit code, or 128 + signal).
+int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchOptions& opts);
+
+// True inside a process started by launch_local_ranks.
+bool launched_by_ringzero();
+
+// Path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int pick_free_port();
+
+// 32 hex characters from /dev/urandom.
+std::string random_job_token();
+
+}  // namespace rz
