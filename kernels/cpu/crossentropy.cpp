@@ -1,0 +1,51 @@
+// kernels/cpu/crossentropy.cpp
+#include "kernels/cpu/crossentropy.h"
+
+#include <cmath>
+
+namespace rz {
+
+template <typename E>
+void crossentropy_forward(acc_t<E>* losses, acc_t<E>* lse, const E* logits, const int* targets,
+                          int N, int V, int Vp) {
+  using A = acc_t<E>;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const E* x = logits + size_t(n) * Vp;
+    A maxv = -INFINITY;
+    for (int v = 0; v < V; ++v) maxv = std::max(maxv, A(load(x[v])));
+    A sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(load(x[v]) - maxv);
+    const A l = maxv + std::log(sum);
+    lse[n] = l;
+    losses[n] = l - load(x[targets[n]]);
+  }
+}
+
+template <typename E>
+void crossentropy_softmax_backward(E* logits_to_dlogits, const acc_t<E>* lse, const int* targets,
+                                   acc_t<E> dloss, int N, int V, int Vp) {
+  using A = acc_t<E>;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    E* x = logits_to_dlogits + size_t(n) * Vp;
+    const A l = lse[n];
+    const int y = targets[n];
+    for (int v = 0; v < V; ++v) {
+      const A p = std::exp(load(x[v]) - l);
+      x[v] = store<E>((p - (v == y ? A(1) : A(0))) * dloss);
+    }
+    for (int v = V; v < Vp; ++v) x[v] = store<E>(A(0));
+  }
+}
+
+#define RZ_INSTANTIATE(E)                                                                      \
+  template void crossentropy_forward<E>(acc_t<E>*, acc_t<E>*, const E*, const int*, int, int, \
+                                        int);                                                 \
+  template void crossentropy_softmax_backward<E>(E*, const acc_t<E>*, const int*, acc_t<E>,   \
+                                                 int, int, int);
+RZ_INSTANTIATE(float)
+RZ_INSTANTIATE(bf16)
+RZ_INSTANTIATE(double)
+
+}  // namespace rz

@@ -1,0 +1,139 @@
+// kernels/cpu/matmul.cpp
+//
+// All three products of a linear layer go to Eigen's GEMM on row-major maps of the flat
+// buffers (no copies in fp32 and fp64):
+//   forward   out (N,OC)    = inp (N,C) * weight^T        (weight is (OC,C) row-major)
+//   backward  dinp (N,C)   += dout (N,OC) * weight (OC,C)
+//             dweight (OC,C) += dout^T (OC,N) * inp (N,C)
+// Eigen parallelises the GEMM itself with OpenMP. bf16 is a storage format on the CPU:
+// operands are widened into per-thread fp32 scratch (grown once, then reused: no
+// allocation per step), multiplied in fp32, and the result rounded back (RNE) once.
+#include "kernels/cpu/matmul.h"
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "base/memory.h"
+#include "kernels/cpu/convert.h"
+
+namespace rz {
+
+namespace {
+
+template <typename S>
+using RowMat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename S>
+using RowVec = Eigen::Matrix<S, 1, Eigen::Dynamic>;
+
+// Dense kernels on compute-type pointers (float or double).
+template <typename S>
+void gemm_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC) {
+  Eigen::Map<RowMat<S>> o(out, N, OC);
+  Eigen::Map<const RowMat<S>> x(inp, N, C), w(weight, OC, C);
+  if (bias) {
+    o.rowwise() = Eigen::Map<const RowVec<S>>(bias, OC);
+    o.noalias() += x * w.transpose();
+  } else {
+    o.noalias() = x * w.transpose();
+  }
+}
+
+template <typename S>
+void gemm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                   int N, int C, int OC) {
+  Eigen::Map<const RowMat<S>> d(dout, N, OC), x(inp, N, C), w(weight, OC, C);
+  if (dinp) Eigen::Map<RowMat<S>>(dinp, N, C).noalias() += d * w;
+  Eigen::Map<RowMat<S>>(dweight, OC, C).noalias() += d.transpose() * x;
+  if (dbias) {
+    // Column sums of dout, row by row: a fixed order, vectorised across OC.
+    Eigen::Map<RowVec<S>> db(dbias, OC);
+    for (int n = 0; n < N; ++n) db += d.row(n);
+  }
+}
+
+// Per-thread fp32 scratch for bf16 operands, grown on demand and kept.
+struct Scratch {
+  Buffer<float> buf[5];
+  float* get(int i, size_t n) {
+    if (buf[i].size() < n) buf[i].allocate(MemTag::workspace, n);
+    return buf[i].data();
+  }
+};
+thread_local Scratch t_scratch;
+
+}  // namespace
+
+template <typename E>
+void matmul_forward(E* out, const E* inp, const E* weight, const E* bias, int N, int C, int OC) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    Scratch& s = t_scratch;
+    float* x = s.get(0, size_t(N) * C);
+    float* w = s.get(1, size_t(OC) * C);
+    float* o = s.get(2, size_t(N) * OC);
+    float* b = bias ? s.get(3, OC) : nullptr;
+    bf16_to_f32(x, inp, size_t(N) * C);
+    bf16_to_f32(w, weight, size_t(OC) * C);
+    if (b) bf16_to_f32(b, bias, OC);
+    gemm_forward<float>(o, x, w, b, N, C, OC);
+    f32_to_bf16(out, o, size_t(N) * OC);
+  } else {
+    gemm_forward<E>(out, inp, weight, bias, N, C, OC);
+  }
+}
+
+template <typename E>
+void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight,
+                     int N, int C, int OC) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    Scratch& s = t_scratch;
+    float* d = s.get(0, size_t(N) * OC);
+    float* x = s.get(1, size_t(N) * C);
+    float* w = s.get(2, size_t(OC) * C);
+    bf16_to_f32(d, dout, size_t(N) * OC);
+    bf16_to_f32(x, inp, size_t(N) * C);
+    if (dinp) {
+      float* dx = s.get(3, size_t(N) * C);
+      bf16_to_f32(w, weight, size_t(OC) * C);
+      Eigen::Map<RowMat<float>>(dx, N, C).noalias() =
+          Eigen::Map<const RowMat<float>>(d, N, OC) * Eigen::Map<const RowMat<float>>(w, OC, C);
+      bf16_add_f32(dinp, dx, size_t(N) * C);
+    }
+    // dweight reuses w's scratch: the weight is no longer needed.
+    Eigen::Map<RowMat<float>>(w, OC, C).noalias() =
+        Eigen::Map<const RowMat<float>>(d, N, OC).transpose() * Eigen::Map<const RowMat<float>>(x, N, C);
+    bf16_add_f32(dweight, w, size_t(OC) * C);
+    if (dbias) {
+      float* db = s.get(4, OC);
+      std::memset(db, 0, sizeof(float) * OC);
+      Eigen::Map<RowVec<float>> dbv(db, OC);
+      Eigen::Map<const RowMat<float>> dm(d, N, OC);
+      for (int n = 0; n < N; ++n) dbv += dm.row(n);
+      bf16_add_f32(dbias, db, OC);
+    }
+  } else {
+    gemm_backward<E>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+}
+
+double measure_gemm_gflops(int N, int C, int OC, int reps) {
+  std::vector<float> a(size_t(N) * C, 0.5f), b(size_t(OC) * C, 0.25f), c(size_t(N) * OC);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    gemm_forward<float>(c.data(), a.data(), b.data(), nullptr, N, C, OC);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0 && dt < best) best = dt;  // the first run warms caches and threads
+  }
+  return 2.0 * N * C * OC / best / 1e9;
+}
+
+#define RZ_INSTANTIATE(E)                                                                        \
+  template void matmul_forward<E>(E*, const E*, const E*, const E*, int, int, int);            \
+  template void matmul_backward<E>(E*, E*, E*, const E*, const E*, const E*, int, int, int);
+RZ_INSTANTIATE(float)
+RZ_INSTANTIATE(bf16)
+RZ_INSTANTIATE(double)
+
+}  // namespace rz

@@ -1,0 +1,251 @@
+// model/checkpoint.cpp: llm.c model and debug-state files (see checkpoint.h).
+#include "model/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "base/bf16.h"
+#include "base/check.h"
+#include "model/layout.h"
+
+namespace rz {
+
+namespace {
+
+// Copies each tensor between the two orders. llm.c's order is ParamKind's order with the
+// per-layer tensors of one kind stacked over layers 0..L-1.
+template <bool kToLlmc>
+void convert_order(const GPT2Config& cfg, const float* src, float* dst) {
+  ParamLayout lay = build_param_layout(cfg);
+  size_t pos = 0;
+  for (int k = 0; k < kNumParamKinds; ++k) {
+    ParamKind kind = static_cast<ParamKind>(k);
+    bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
+                     kind != ParamKind::lnfb;
+    for (int l = per_layer ? 0 : -1; l < (per_layer ? cfg.num_layers : 0); ++l) {
+      const ParamTensor& t = lay.find(kind, l);
+      if (kToLlmc)
+        std::memcpy(dst + pos, src + t.offset, t.numel * sizeof(float));
+      else
+        std::memcpy(dst + t.offset, src + pos, t.numel * sizeof(float));
+      pos += t.numel;
+    }
+  }
+  RZ_ENFORCE_EQ(pos, lay.total);
+}
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<FILE, FileCloser>;
+
+FilePtr open_for_read(const std::string& path, const char* what, size_t& size) {
+  struct stat st;
+  RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s %s: cannot open: %s", what, path.c_str(),
+           std::strerror(errno));
+  RZ_CHECK(S_ISREG(st.st_mode), "%s %s: not a regular file", what, path.c_str());
+  FILE* f = std::fopen(path.c_str(), "rb");
+  RZ_CHECK(f != nullptr, "%s %s: cannot open: %s", what, path.c_str(), std::strerror(errno));
+  size = size_t(st.st_size);
+  return FilePtr(f);
+}
+
+void read_exact(FILE* f, void* dst, size_t bytes, const char* what, const std::string& path) {
+  RZ_CHECK(std::fread(dst, 1, bytes, f) == bytes, "%s %s: truncated (short read of %zu bytes)", what,
+           path.c_str(), bytes);
+}
+
+void read_header(FILE* f, size_t file_size, int32_t header[256], const char* what,
+                 const std::string& path) {
+  RZ_CHECK(file_size >= 1024, "%s %s: truncated: %zu bytes, shorter than the 1024-byte header", what,
+           path.c_str(), file_size);
+  read_exact(f, header, 1024, what, path);
+}
+
+GPT2Config config_from_header(const int32_t* h, const std::string& path) {
+  GPT2Config cfg;
+  cfg.max_seq_len = h[2];
+  cfg.vocab_size = h[3];
+  cfg.num_layers = h[4];
+  cfg.num_heads = h[5];
+  cfg.channels = h[6];
+  try {
+    finalize_config(cfg);
+  } catch (const Error& e) {
+    RZ_FAIL("model file %s: bad header: %s", path.c_str(), e.what());
+  }
+  RZ_CHECK(h[7] == cfg.padded_vocab_size,
+           "model file %s: header padded vocab Vp=%d, expected %d (V=%d rounded up to 64)", path.c_str(),
+           h[7], cfg.padded_vocab_size, cfg.vocab_size);
+  return cfg;
+}
+
+ModelFile read_model(const std::string& path, bool with_params) {
+  const char* what = "model file";
+  size_t size = 0;
+  FilePtr f = open_for_read(path, what, size);
+  int32_t h[256];
+  read_header(f.get(), size, h, what, path);
+  RZ_CHECK(h[0] == kModelMagic, "model file %s: bad magic %d, expected %d (an llm.c model checkpoint)",
+           path.c_str(), h[0], kModelMagic);
+  RZ_CHECK(h[1] == kModelVersionFp32 || h[1] == kModelVersionBf16,
+           "model file %s: unknown version %d, expected 3 (fp32) or 5 (bf16)", path.c_str(), h[1]);
+  ModelFile mf;
+  mf.cfg = config_from_header(h, path);
+  mf.precision = h[1] == kModelVersionFp32 ? Precision::fp32 : Precision::bf16;
+  const size_t n = num_parameters(mf.cfg);
+  const size_t esize = precision_bytes(mf.precision);
+  const size_t expected = 1024 + n * esize;
+  RZ_CHECK(size == expected,
+           "model file %s: %zu bytes, but its header (L=%d C=%d V=%d maxT=%d, %s) needs %zu", path.c_str(),
+           size, mf.cfg.num_layers, mf.cfg.channels, mf.cfg.vocab_size, mf.cfg.max_seq_len,
+           precision_name(mf.precision), expected);
+  if (!with_params) return mf;
+  std::vector<float> llmc(n);
+  if (mf.precision == Precision::fp32) {
+    read_exact(f.get(), llmc.data(), n * 4, what, path);
+  } else {
+    std::vector<bf16> raw(n);
+    read_exact(f.get(), raw.data(), n * 2, what, path);
+    for (size_t i = 0; i < n; ++i) llmc[i] = bf16_to_float(raw[i]);
+  }
+  mf.params.resize(n);
+  llmc_to_internal(mf.cfg, llmc.data(), mf.params.data());
+  return mf;
+}
+
+}  // namespace
+
+void internal_to_llmc(const GPT2Config& cfg, const float* internal, float* llmc) {
+  convert_order<true>(cfg, internal, llmc);
+}
+void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal) {
+  convert_order<false>(cfg, llmc, internal);
+}
+
+ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
+ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
+
+void write_file_atomic(const std::string& path,
+                       const std::vector<std::pair<const void*, size_t>>& parts) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  RZ_CHECK(fd >= 0, "cannot write %s: %s", tmp.c_str(), std::strerror(errno));
+  for (const auto& [data, bytes] : parts) {
+    const char* p = static_cast<const char*>(data);
+    size_t left = bytes;
+    while (left > 0) {
+      ssize_t w = ::write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        RZ_FAIL("cannot write %s: %s", tmp.c_str(), std::strerror(err));
+      }
+      p += w;
+      left -= size_t(w);
+    }
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    RZ_FAIL("cannot flush %s: %s", tmp.c_str(), std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    RZ_FAIL("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(err));
+  }
+}
+
+void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precision precision,
+                      const float* params_internal) {
+  GPT2Config cfg = cfg_in;
+  finalize_config(cfg);
+  int32_t h[256] = {};
+  h[0] = kModelMagic;
+  h[1] = precision == Precision::fp32 ? kModelVersionFp32 : kModelVersionBf16;
+  h[2] = cfg.max_seq_len;
+  h[3] = cfg.vocab_size;
+  h[4] = cfg.num_layers;
+  h[5] = cfg.num_heads;
+  h[6] = cfg.channels;
+  h[7] = cfg.padded_vocab_size;
+  const size_t n = num_parameters(cfg);
+  std::vector<float> llmc(n);
+  internal_to_llmc(cfg, params_internal, llmc.data());
+  if (precision == Precision::fp32) {
+    write_file_atomic(path, {{h, sizeof(h)}, {llmc.data(), n * 4}});
+  } else {
+    std::vector<bf16> raw(n);
+    for (size_t i = 0; i < n; ++i) raw[i] = float_to_bf16(llmc[i]);
+    write_file_atomic(path, {{h, sizeof(h)}, {raw.data(), n * 2}});
+  }
+}
+
+DebugState read_debug_state(const std::string& path, const GPT2Config& cfg) {
+  const char* what = "debug-state file";
+  size_t size = 0;
+  FilePtr f = open_for_read(path, what, size);
+  int32_t h[256];
+  read_header(f.get(), size, h, what, path);
+  RZ_CHECK(h[0] == kStateMagic, "debug-state file %s: bad magic %d, expected %d", path.c_str(), h[0],
+           kStateMagic);
+  RZ_CHECK(h[1] == kStateVersion, "debug-state file %s: unknown version %d, expected %d", path.c_str(),
+           h[1], kStateVersion);
+  DebugState s;
+  s.B = h[2];
+  s.T = h[3];
+  RZ_CHECK(s.B >= 1 && s.B <= (1 << 20) && s.T >= 1 && s.T <= cfg.max_seq_len,
+           "debug-state file %s: bad batch shape B=%d T=%d (need B >= 1 and 1 <= T <= maxT=%d)",
+           path.c_str(), s.B, s.T, cfg.max_seq_len);
+  const size_t N = size_t(s.B) * s.T, V = cfg.vocab_size, P = num_parameters(cfg);
+  const size_t expected = 1024 + 4 * (2 * N + N * V + 1 + P);
+  RZ_CHECK(size == expected,
+           "debug-state file %s: %zu bytes, but B=%d T=%d with this model (V=%zu, %zu params) needs %zu",
+           path.c_str(), size, s.B, s.T, V, P, expected);
+  s.x.resize(N);
+  s.y.resize(N);
+  s.logits.resize(N * V);
+  read_exact(f.get(), s.x.data(), N * 4, what, path);
+  read_exact(f.get(), s.y.data(), N * 4, what, path);
+  read_exact(f.get(), s.logits.data(), N * V * 4, what, path);
+  read_exact(f.get(), &s.loss, 4, what, path);
+  std::vector<float> llmc(P);
+  read_exact(f.get(), llmc.data(), P * 4, what, path);
+  s.grads.resize(P);
+  llmc_to_internal(cfg, llmc.data(), s.grads.data());
+  for (size_t i = 0; i < N; ++i)
+    RZ_CHECK(s.x[i] >= 0 && size_t(s.x[i]) < V && s.y[i] >= 0 && size_t(s.y[i]) < V,
+             "debug-state file %s: token at position %zu outside [0, %zu)", path.c_str(), i, V);
+  return s;
+}
+
+void write_debug_state(const std::string& path, const GPT2Config& cfg, const DebugState& s) {
+  const size_t N = size_t(s.B) * s.T, P = num_parameters(cfg);
+  RZ_CHECK(s.x.size() == N && s.y.size() == N && s.logits.size() == N * size_t(cfg.vocab_size) &&
+               s.grads.size() == P,
+           "write_debug_state %s: tensor sizes do not match B=%d T=%d", path.c_str(), s.B, s.T);
+  int32_t h[256] = {};
+  h[0] = kStateMagic;
+  h[1] = kStateVersion;
+  h[2] = s.B;
+  h[3] = s.T;
+  std::vector<float> llmc(P);
+  internal_to_llmc(cfg, s.grads.data(), llmc.data());
+  write_file_atomic(path, {{h, sizeof(h)},
+                           {s.x.data(), N * 4},
+                           {s.y.data(), N * 4},
+                           {s.logits.data(), s.logits.size() * 4},
+                           {&s.loss, 4},
+                           {llmc.data(), P * 4}});
+}
+
+}  // namespace rz

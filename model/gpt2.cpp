@@ -1,0 +1,392 @@
+// model/gpt2.cpp: GPT-2 forward and backward, orchestrating the CPU kernels.
+//
+// One implementation, templated over the storage type E (float for fp32 mode, bf16 for
+// bf16 mode). Parameters live in one flat buffer in the layout's gradient-ready order.
+// Activations live in one tracked allocation carved into the tensors below; it grows
+// only when a forward asks for a larger (B, T) than any before it.
+//
+// Per layer l the forward keeps what its backward needs (llm.c's names):
+//   ln1, ln1_mean, ln1_rstd   layernorm 1 of the block input
+//   qkv (N,3C), att (B,NH,T,T), atty (N,C)   attention
+//   res2 = input + attproj(atty)              (attproj itself is scratch)
+//   ln2, ln2_mean, ln2_rstd, fch (N,4C), fch_gelu (N,4C; scratch with recompute_gelu)
+//   res3 = res2 + fcproj(fch_gelu)            the block output
+// Backward walks the layers in reverse with one residual-gradient buffer dres: it enters
+// a block as d(res3), becomes d(res2) after ln2's backward adds its part, and leaves as
+// d(input) after ln1's. Each tensor's gradient storage comes from sink.grad_ptr, and the
+// sink hears grads_ready for lnf, then each layer, then wpe+wte (see grad_sink.h).
+#include "model/gpt2.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/check.h"
+#include "base/memory.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/crossentropy.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/residual.h"
+
+namespace rz {
+
+namespace {
+
+// Hands out 64-byte aligned pieces of one allocation; with base == nullptr it only counts.
+struct Carver {
+  unsigned char* base = nullptr;
+  size_t used = 0;
+  template <typename X>
+  X* take(size_t n) {
+    size_t off = (used + 63) / 64 * 64;
+    used = off + n * sizeof(X);
+    return base ? reinterpret_cast<X*>(base + off) : nullptr;
+  }
+};
+
+template <typename E>
+struct LayerActs {
+  E *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
+  acc_t<E>*ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+};
+
+template <typename E>
+struct Acts {
+  E* encoded;  // (N, C)
+  std::vector<LayerActs<E>> layers;
+  E *lnf, *logits;  // (N, C), (N, Vp)
+  acc_t<E>*lnf_mean, *lnf_rstd, *losses, *lse;  // (N) each
+  // scratch shared by all layers
+  E *proj, *gelu_scratch, *dres, *dln, *dfch, *dqkv, *datty;
+};
+
+template <typename E>
+Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {
+  using A = acc_t<E>;
+  const size_t N = size_t(B) * T, C = cfg.channels, NH = cfg.num_heads;
+  Acts<E> a;
+  a.encoded = cv.take<E>(N * C);
+  a.layers.resize(cfg.num_layers);
+  for (auto& l : a.layers) {
+    l.ln1 = cv.take<E>(N * C);
+    l.ln1_mean = cv.take<A>(N);
+    l.ln1_rstd = cv.take<A>(N);
+    l.qkv = cv.take<E>(N * 3 * C);
+    l.att = cv.take<E>(size_t(B) * NH * T * T);
+    l.atty = cv.take<E>(N * C);
+    l.res2 = cv.take<E>(N * C);
+    l.ln2 = cv.take<E>(N * C);
+    l.ln2_mean = cv.take<A>(N);
+    l.ln2_rstd = cv.take<A>(N);
+    l.fch = cv.take<E>(N * 4 * C);
+    l.fch_gelu = opts.recompute_gelu ? nullptr : cv.take<E>(N * 4 * C);
+    l.res3 = cv.take<E>(N * C);
+  }
+  a.lnf = cv.take<E>(N * C);
+  a.lnf_mean = cv.take<A>(N);
+  a.lnf_rstd = cv.take<A>(N);
+  a.logits = cv.take<E>(N * cfg.padded_vocab_size);
+  a.losses = cv.take<A>(N);
+  a.lse = cv.take<A>(N);
+  a.proj = cv.take<E>(N * C);
+  a.gelu_scratch = opts.recompute_gelu ? cv.take<E>(N * 4 * C) : nullptr;
+  a.dres = cv.take<E>(N * C);
+  a.dln = cv.take<E>(N * C);
+  a.dfch = cv.take<E>(N * 4 * C);
+  a.dqkv = cv.take<E>(N * 3 * C);
+  a.datty = cv.take<E>(N * C);
+  return a;
+}
+
+size_t plan_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {
+  Carver cv;
+  if (opts.precision == Precision::fp32)
+    carve_acts<float>(cv, cfg, opts, B, T);
+  else
+    carve_acts<bf16>(cv, cfg, opts, B, T);
+  return cv.used;
+}
+
+// Box-Muller over a 64-bit Mersenne Twister: the same numbers on every platform
+// (std::normal_distribution's algorithm is implementation-defined).
+struct NormalRng {
+  std::mt19937_64 gen;
+  bool has_spare = false;
+  double spare = 0;
+  explicit NormalRng(uint64_t seed) : gen(seed) {}
+  double uniform() { return (double(gen() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double next() {
+    if (has_spare) {
+      has_spare = false;
+      return spare;
+    }
+    double r = std::sqrt(-2.0 * std::log(uniform())), th = 2.0 * M_PI * uniform();
+    spare = r * std::sin(th);
+    has_spare = true;
+    return r * std::cos(th);
+  }
+};
+
+}  // namespace
+
+struct GPT2::Impl {
+  GPT2Config cfg;
+  ModelOptions opts;
+  ParamLayout layout;
+  Buffer<unsigned char> params;  // layout.total elements of E
+  Buffer<unsigned char> acts;    // carved by carve_acts for (capB, capT)
+  int capB = 0, capT = 0;        // activation capacity
+  int B = 0, T = 0;              // shape of the last forward
+  std::vector<int> inputs, targets;
+  bool have_targets = false, logits_valid = false;
+
+  template <typename E>
+  E* param(ParamKind k, int layer = -1) {
+    return reinterpret_cast<E*>(params.data()) + layout.find(k, layer).offset;
+  }
+  template <typename E>
+  Acts<E> views() {
+    Carver cv{acts.data(), 0};
+    return carve_acts<E>(cv, cfg, opts, B, T);
+  }
+  template <typename E>
+  E* grad(GradSink& sink, ParamKind k, int layer = -1) {
+    const ParamTensor& t = layout.find(k, layer);
+    void* p = sink.grad_ptr(t.offset, t.numel);
+    RZ_CHECK(p != nullptr, "GradSink returned no storage for %s", t.name.c_str());
+    return static_cast<E*>(p);
+  }
+  template <typename E>
+  float forward(const int* in, const int* tg, int B_, int T_);
+  template <typename E>
+  void backward(GradSink& sink, float loss_scale);
+};
+
+template <typename E>
+float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
+  const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size,
+            Vp = cfg.padded_vocab_size;
+  RZ_CHECK(B_ >= 1 && T_ >= 1, "forward: batch shape must be positive, found B=%d T=%d", B_, T_);
+  RZ_CHECK(T_ <= cfg.max_seq_len, "forward: sequence length T=%d exceeds the model's maxT=%d", T_,
+           cfg.max_seq_len);
+  const size_t N = size_t(B_) * T_;
+  for (size_t i = 0; i < N; ++i) {
+    RZ_CHECK(in[i] >= 0 && in[i] < V, "forward: input token %d at position %zu is outside [0, %d)",
+             in[i], i, V);
+    RZ_CHECK(!tg || (tg[i] >= 0 && tg[i] < V),
+             "forward: target token %d at position %zu is outside [0, %d)", tg[i], i, V);
+  }
+  if (size_t(B_) * T_ > size_t(capB) * capT || T_ > capT || B_ > capB) {
+    capB = std::max(capB, B_);
+    capT = std::max(capT, T_);
+    acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT));
+  }
+  B = B_;
+  T = T_;
+  inputs.assign(in, in + N);
+  have_targets = tg != nullptr;
+  if (tg) targets.assign(tg, tg + N);
+  Acts<E> a = views<E>();
+
+  encoder_forward(a.encoded, in, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
+  for (int l = 0; l < L; ++l) {
+    LayerActs<E>& la = a.layers[l];
+    const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
+    E* gelu_out = opts.recompute_gelu ? a.gelu_scratch : la.fch_gelu;
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, param<E>(ParamKind::ln1w, l),
+                      param<E>(ParamKind::ln1b, l), int(N), C);
+    matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
+                   C, 3 * C);
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
+                   int(N), C, C);
+    residual_forward(la.res2, res_in, a.proj, N * C);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, param<E>(ParamKind::ln2w, l),
+                      param<E>(ParamKind::ln2b, l), int(N), C);
+    matmul_forward(la.fch, la.ln2, param<E>(ParamKind::fcw, l), param<E>(ParamKind::fcb, l), int(N), C,
+                   4 * C);
+    gelu_forward(gelu_out, la.fch, N * 4 * C);
+    matmul_forward(a.proj, gelu_out, param<E>(ParamKind::fcprojw, l), param<E>(ParamKind::fcprojb, l),
+                   int(N), 4 * C, C);
+    residual_forward(la.res3, la.res2, a.proj, N * C);
+  }
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
+                    param<E>(ParamKind::lnfb), int(N), C);
+  matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
+                 Vp);
+  logits_valid = true;
+  if (!tg) return 0.0f;
+  crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
+  double sum = 0;
+  for (size_t i = 0; i < N; ++i) sum += a.losses[i];
+  return float(sum / double(N));
+}
+
+template <typename E>
+void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
+  RZ_CHECK(B > 0 && have_targets, "backward: needs a forward with targets first");
+  RZ_CHECK(logits_valid, "backward: called twice after one forward (the logits became dlogits)");
+  const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size,
+            Vp = cfg.padded_vocab_size;
+  const size_t N = size_t(B) * T;
+  Acts<E> a = views<E>();
+  auto zero = [](E* p, size_t n) { std::memset(static_cast<void*>(p), 0, n * sizeof(E)); };
+
+  sink.begin_backward();
+  // The tied classifier: dwte is requested now and written again by the encoder at the end.
+  E* dwte = grad<E>(sink, ParamKind::wte);
+  crossentropy_softmax_backward(a.logits, a.lse, targets.data(), acc_t<E>(loss_scale) / acc_t<E>(N),
+                                int(N), V, Vp);
+  logits_valid = false;
+  zero(a.dln, N * C);
+  matmul_backward(a.dln, dwte, static_cast<E*>(nullptr), a.logits, a.lnf, param<E>(ParamKind::wte),
+                  int(N), C, Vp);
+  zero(a.dres, N * C);
+  layernorm_backward(a.dres, grad<E>(sink, ParamKind::lnfw), grad<E>(sink, ParamKind::lnfb), a.dln,
+                     a.layers[L - 1].res3, param<E>(ParamKind::lnfw), a.lnf_mean, a.lnf_rstd, int(N), C);
+  const ParamTensor& lnfb = layout.find(ParamKind::lnfb);
+  sink.grads_ready(0, lnfb.offset + lnfb.numel);
+
+  for (int l = L - 1; l >= 0; --l) {
+    LayerActs<E>& la = a.layers[l];
+    const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
+    const E* gelu_out = la.fch_gelu;
+    if (opts.recompute_gelu) {
+      gelu_forward(a.gelu_scratch, la.fch, N * 4 * C);
+      gelu_out = a.gelu_scratch;
+    }
+    // MLP: dres holds d(res3), which is also d(fcproj output).
+    zero(a.dfch, N * 4 * C);
+    matmul_backward(a.dfch, grad<E>(sink, ParamKind::fcprojw, l), grad<E>(sink, ParamKind::fcprojb, l),
+                    a.dres, gelu_out, param<E>(ParamKind::fcprojw, l), int(N), 4 * C, C);
+    gelu_backward(a.dfch, la.fch, a.dfch, N * 4 * C);
+    zero(a.dln, N * C);
+    matmul_backward(a.dln, grad<E>(sink, ParamKind::fcw, l), grad<E>(sink, ParamKind::fcb, l), a.dfch,
+                    la.ln2, param<E>(ParamKind::fcw, l), int(N), C, 4 * C);
+    layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln2w, l), grad<E>(sink, ParamKind::ln2b, l),
+                       a.dln, la.res2, param<E>(ParamKind::ln2w, l), la.ln2_mean, la.ln2_rstd, int(N), C);
+    // Attention: dres now holds d(res2), which is also d(attproj output).
+    zero(a.datty, N * C);
+    matmul_backward(a.datty, grad<E>(sink, ParamKind::attprojw, l),
+                    grad<E>(sink, ParamKind::attprojb, l), a.dres, la.atty,
+                    param<E>(ParamKind::attprojw, l), int(N), C, C);
+    zero(a.dqkv, N * 3 * C);
+    attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
+    zero(a.dln, N * C);
+    matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
+                    la.ln1, param<E>(ParamKind::qkvw, l), int(N), C, 3 * C);
+    layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln1w, l), grad<E>(sink, ParamKind::ln1b, l),
+                       a.dln, res_in, param<E>(ParamKind::ln1w, l), la.ln1_mean, la.ln1_rstd, int(N), C);
+    const ParamTensor& first = layout.find(ParamKind::fcprojw, l);
+    const ParamTensor& last = layout.find(ParamKind::ln1b, l);
+    sink.grads_ready(first.offset, last.offset + last.numel);
+  }
+
+  encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, inputs.data(), B, T, C);
+  sink.grads_ready(layout.find(ParamKind::wpe).offset, layout.total);
+  sink.end_backward();
+}
+
+GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = cfg;
+  finalize_config(impl_->cfg);
+  impl_->opts = opts;
+  impl_->layout = build_param_layout(impl_->cfg);
+  impl_->params.allocate(MemTag::params, impl_->layout.total * precision_bytes(opts.precision));
+}
+
+GPT2::~GPT2() = default;
+
+const GPT2Config& GPT2::config() const { return impl_->cfg; }
+const ParamLayout& GPT2::layout() const { return impl_->layout; }
+Precision GPT2::precision() const { return impl_->opts.precision; }
+void* GPT2::params() { return impl_->params.data(); }
+const void* GPT2::params() const { return impl_->params.data(); }
+
+void GPT2::get_params_f32(float* out) const {
+  const size_t n = impl_->layout.total;
+  if (precision() == Precision::fp32)
+    std::memcpy(out, impl_->params.data(), n * sizeof(float));
+  else
+    bf16_to_f32(out, reinterpret_cast<const bf16*>(impl_->params.data()), n);
+}
+
+void GPT2::set_params_f32(const float* in) {
+  const size_t n = impl_->layout.total;
+  if (precision() == Precision::fp32)
+    std::memcpy(impl_->params.data(), in, n * sizeof(float));
+  else
+    f32_to_bf16(reinterpret_cast<bf16*>(impl_->params.data()), in, n);
+}
+
+void GPT2::init_random(uint64_t seed) {
+  const GPT2Config& cfg = impl_->cfg;
+  std::vector<float> w(impl_->layout.total, 0.0f);
+  NormalRng rng(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * cfg.num_layers);
+  for (const ParamTensor& t : impl_->layout.tensors) {
+    float* p = w.data() + t.offset;
+    switch (t.kind) {
+      case ParamKind::ln1w: case ParamKind::ln2w: case ParamKind::lnfw:
+        for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+        break;
+      case ParamKind::wte:  // rows V..Vp-1 stay zero
+        for (size_t i = 0; i < size_t(cfg.vocab_size) * cfg.channels; ++i) p[i] = float(0.02 * rng.next());
+        break;
+      case ParamKind::attprojw: case ParamKind::fcprojw:
+        for (size_t i = 0; i < t.numel; ++i) p[i] = float(residual_std * rng.next());
+        break;
+      case ParamKind::wpe: case ParamKind::qkvw: case ParamKind::fcw:
+        for (size_t i = 0; i < t.numel; ++i) p[i] = float(0.02 * rng.next());
+        break;
+      default:  // biases
+        break;
+    }
+  }
+  set_params_f32(w.data());
+}
+
+float GPT2::forward(const int* inputs, const int* targets, int B, int T) {
+  return precision() == Precision::fp32 ? impl_->forward<float>(inputs, targets, B, T)
+                                        : impl_->forward<bf16>(inputs, targets, B, T);
+}
+
+void GPT2::backward(GradSink& sink, float loss_scale) {
+  if (precision() == Precision::fp32)
+    impl_->backward<float>(sink, loss_scale);
+  else
+    impl_->backward<bf16>(sink, loss_scale);
+}
+
+void GPT2::logits_f32(std::vector<float>& out) const {
+  RZ_CHECK(impl_->B > 0 && impl_->logits_valid,
+           "logits_f32: no logits (run forward; backward overwrites them with their gradients)");
+  Impl& m = *impl_;
+  const size_t n = size_t(m.B) * m.T * m.cfg.padded_vocab_size;
+  out.resize(n);
+  if (precision() == Precision::fp32)
+    std::memcpy(out.data(), m.views<float>().logits, n * sizeof(float));
+  else
+    bf16_to_f32(out.data(), m.views<bf16>().logits, n);
+}
+
+void GPT2::losses_f32(std::vector<float>& out) const {
+  Impl& m = *impl_;
+  RZ_CHECK(m.B > 0 && m.have_targets, "losses_f32: the last forward had no targets");
+  const size_t n = size_t(m.B) * m.T;
+  out.resize(n);
+  const float* src = precision() == Precision::fp32 ? m.views<float>().losses : m.views<bf16>().losses;
+  std::memcpy(out.data(), src, n * sizeof(float));
+}
+
+size_t GPT2::activation_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {
+  GPT2Config c = cfg;
+  finalize_config(c);
+  return plan_bytes(c, opts, B, T);
+}
+
+}  // namespace rz
