@@ -1,0 +1,150 @@
+// Tests of zero/buckets and zero/memory_formula: bucket cutting with known answers, shard
+// ownership, and the model-state formulas against the seed article and the ZeRO paper.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "base/check.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "zero/buckets.h"
+#include "zero/memory_formula.h"
+#include "zero/strategy.h"
+
+using namespace rz;
+
+// A layout of tensors with the given sizes, all in one "layer" group each.
+static ParamLayout toy_layout(const std::vector<size_t>& sizes) {
+  ParamLayout lay;
+  int i = 0;
+  for (size_t n : sizes) {
+    ParamTensor t{ParamKind::fcw, i++, "t", lay.total, n, {n}, true};
+    lay.tensors.push_back(t);
+    lay.total += n;
+  }
+  return lay;
+}
+
+static constexpr double kMiB = 1024.0 * 1024.0;
+
+TEST_CASE("buckets take whole tensors greedily up to the cap") {
+  // fp32, cap 100 elements: [30, 50] [40, 60] [150] [10]
+  ParamLayout lay = toy_layout({30, 50, 40, 60, 150, 10});
+  BucketPlan p = build_bucket_plan(lay, 400.0 / kMiB, 4, 1);
+  REQUIRE(p.buckets.size() == 4);
+  REQUIRE(p.buckets[0].begin == 0);
+  REQUIRE(p.buckets[0].end == 80);
+  REQUIRE(p.buckets[1].end == 180);
+  REQUIRE(p.buckets[2].numel() == 150);  // bigger than the cap: a bucket of its own
+  REQUIRE(p.buckets[3].numel() == 10);
+  REQUIRE(p.buckets[3].first_tensor == 5);
+  REQUIRE(p.padded_total == lay.total);
+  // The same cap in bf16 holds twice the elements.
+  BucketPlan q = build_bucket_plan(lay, 400.0 / kMiB, 2, 1);
+  REQUIRE(q.buckets.size() == 2);  // [30 50 40 60] [150 10]
+  REQUIRE(q.buckets[0].end == 180);
+  REQUIRE(q.buckets[1].numel() == 160);
+}
+
+TEST_CASE("buckets pad so N divides them, and shards partition each bucket") {
+  ParamLayout lay = toy_layout({7, 5, 3, 11});
+  for (int n : {1, 2, 3, 4, 8}) {
+    BucketPlan p = build_bucket_plan(lay, 40.0 / kMiB, 4, n);  // cap 10 elements
+    REQUIRE(p.buckets.size() == 3);  // 7 | 5 3 | 11
+    size_t covered = 0;
+    for (int b = 0; b < static_cast<int>(p.buckets.size()); ++b) {
+      const Bucket& bk = p.buckets[b];
+      REQUIRE(bk.padded % n == 0);
+      REQUIRE(bk.padded >= bk.numel());
+      REQUIRE(bk.padded - bk.numel() < static_cast<size_t>(n));
+      REQUIRE(bk.shard * n == bk.padded);
+      REQUIRE(p.owned_offset(b) * n == bk.padded_offset);
+      for (int r = 0; r < n; ++r) {
+        auto [lo, hi] = p.owned_layout_range(b, r);
+        REQUIRE(lo == covered);
+        covered = hi;
+        // The communicator's shard of the unpadded bucket is the same range.
+        ShardRange s{std::min(bk.numel(), r * bk.shard),
+                     std::min(bk.numel(), (r + 1) * bk.shard) - std::min(bk.numel(), r * bk.shard)};
+        REQUIRE(lo - bk.begin == s.offset);
+        REQUIRE(hi - lo == s.count);
+      }
+    }
+    REQUIRE(covered == lay.total);
+    REQUIRE(p.owned_numel() * n == p.padded_total);
+  }
+}
+
+TEST_CASE("5 + 3 fits a cap of 10 and shares a bucket") {
+  ParamLayout lay = toy_layout({7, 5, 3, 11});
+  BucketPlan p = build_bucket_plan(lay, 40.0 / kMiB, 4, 3);
+  // 7 + 5 = 12 > 10 closes the first bucket; 5 + 3 = 8 fits; 8 + 11 > 10 closes the second.
+  REQUIRE(p.buckets.size() == 3);
+  REQUIRE(p.buckets[1].num_tensors == 2);
+  REQUIRE(p.buckets[1].padded == 9);
+  REQUIRE(p.buckets[2].padded == 12);
+  REQUIRE(p.padded_total == 9 + 9 + 12);
+  REQUIRE(p.padded_index(7) == 9);    // first element of bucket 1
+  REQUIRE(p.padded_index(15) == 18);  // first element of bucket 2 (the 11)
+  REQUIRE(p.bucket_of(14) == 1);
+  REQUIRE(p.bucket_of(25) == 2);
+}
+
+TEST_CASE("bucket smaller than every tensor, and one bucket for everything") {
+  ParamLayout lay = build_param_layout(model_preset("tiny"));
+  BucketPlan tiny_cap = build_bucket_plan(lay, 1e-9, 4, 3);
+  REQUIRE(tiny_cap.buckets.size() == lay.tensors.size());
+  BucketPlan one = build_bucket_plan(lay, 1e6, 4, 3);
+  REQUIRE(one.buckets.size() == 1);
+  REQUIRE(one.buckets[0].padded == (lay.total + 2) / 3 * 3);
+  // With one tensor per bucket a layer of 12 tensors spans 12 buckets.
+  REQUIRE(min_buckets_in_flight(lay, tiny_cap) == 12);
+  REQUIRE(min_buckets_in_flight(lay, one) == 1);
+}
+
+TEST_CASE("bad bucket sizes are one-line errors") {
+  ParamLayout lay = toy_layout({4});
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, 0.0, 4, 2), Catch::Contains("--bucket-mb"));
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, -1.0, 4, 2), Catch::Contains("--bucket-mb"));
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, NAN, 4, 2), Catch::Contains("--bucket-mb"));
+  REQUIRE_THROWS_AS(build_bucket_plan(lay, 1.0, 4, 0), Error);
+  REQUIRE_THROWS_WITH(parse_strategy("zero3"), Catch::Contains("zero3"));
+}
+
+TEST_CASE("model-state formulas match the seed article and the ZeRO paper") {
+  // Seed article: 7B parameters, bf16 mixed precision, AdamW, DDP: 16 bytes/param = 112 GB.
+  PerParamBytes ddp = paper_formula(StrategyKind::ddp, Precision::bf16, 8);
+  REQUIRE(ddp.total() == 16.0);
+  REQUIRE(7e9 * ddp.total() / 1e9 == Approx(112.0));
+  // ZeRO paper, Figure 1: 7.5B parameters, N = 64: 120 GB, 31.4 GB, 16.6 GB.
+  REQUIRE(7.5e9 * paper_formula(StrategyKind::ddp, Precision::bf16, 64).total() / 1e9 == Approx(120.0));
+  REQUIRE(std::round(7.5e9 * paper_formula(StrategyKind::zero1, Precision::bf16, 64).total() / 1e8) ==
+          314);
+  REQUIRE(std::round(7.5e9 * paper_formula(StrategyKind::zero2, Precision::bf16, 64).total() / 1e8) ==
+          166);
+  // fp32 mode: the params are the master weights, so 4 + 4 + 8.
+  REQUIRE(paper_formula(StrategyKind::ddp, Precision::fp32, 4).total() == 16.0);
+  REQUIRE(paper_formula(StrategyKind::zero1, Precision::fp32, 4).total() == 4 + 4 + 2.0);
+  REQUIRE(paper_formula(StrategyKind::zero2, Precision::fp32, 4).total() == 4 + 1 + 2.0);
+  // ringzero's zero2 keeps an fp32 gradient shard: 4/N instead of the paper's 2/N in bf16.
+  REQUIRE(ringzero_formula(StrategyKind::zero2, Precision::bf16, 4).grads == 1.0);
+  REQUIRE(paper_formula(StrategyKind::zero2, Precision::bf16, 4).grads == 0.5);
+}
+
+TEST_CASE("exact state bytes follow the plan's padding") {
+  ParamLayout lay = toy_layout({7, 5, 3, 11});
+  BucketPlan p = build_bucket_plan(lay, 40.0 / kMiB, 2, 3);  // bf16, cap 20 elems: [7 5 3] [11]
+  REQUIRE(p.buckets.size() == 2);
+  REQUIRE(p.buckets[0].padded == 15);
+  REQUIRE(p.buckets[1].padded == 12);
+  ExactStateBytes d = exact_state_bytes(p, StrategyKind::ddp, Precision::bf16, 2);
+  REQUIRE(d.params == 26 * 2);
+  REQUIRE(d.grads == 27 * 2);
+  REQUIRE(d.master == 26 * 4);
+  REQUIRE(d.staging == 0);
+  ExactStateBytes z = exact_state_bytes(p, StrategyKind::zero2, Precision::bf16, 2);
+  REQUIRE(z.grads == 9 * 4);  // owned = 27 / 3, fp32
+  REQUIRE(z.adam_m == 9 * 4);
+  // staging: 2 x (15 + 5) for the general pool + (12 + 4) reserved for the last bucket, bf16.
+  REQUIRE(z.staging == (2 * 20 + 16) * 2);
+}

@@ -1,0 +1,73 @@
+// zero/buckets.h: gradient buckets and the shard each rank owns.
+//
+// Terms (used the same way in ddp.cpp, zero1.cpp, zero2.cpp and the tests):
+//   layout    the model's flat parameter buffer, in gradient-ready order (model/layout.h).
+//   bucket    a run of consecutive WHOLE tensors of the layout. Buckets are cut greedily in
+//             layout order: the next tensor joins the current bucket unless that would
+//             push it past the capacity (bucket_mb MiB of gradients in the model's
+//             precision) and the bucket is not empty. So a tensor bigger than the capacity
+//             is a bucket of its own (PyTorch DDP's rule) and any capacity > 0 works.
+//   padded    a bucket's element count rounded up to a multiple of N, so that every
+//             rank's shard has the same size S = padded / N. The padding sits at the end
+//             of the bucket and its gradient is always zero.
+//   shard     rank r owns elements [r*S, (r+1)*S) of every bucket (in padded coordinates).
+//   padded buffer  all buckets back to back, each at its padded_offset; the full gradient
+//             buffer of ddp / zero1 uses these coordinates, so a bucket is one contiguous
+//             range that a single collective can take.
+//
+// Every rank builds the same plan from the same layout: no communication is needed to
+// agree on it.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "model/layout.h"
+
+namespace rz {
+
+struct Bucket {
+  size_t begin = 0;          // first layout element
+  size_t end = 0;            // one past the last layout element
+  size_t padded = 0;         // (end - begin) rounded up to a multiple of N
+  size_t padded_offset = 0;  // start of the bucket in the padded buffer
+  size_t shard = 0;          // S = padded / N: elements each rank owns
+  int first_tensor = 0;      // index into layout.tensors
+  int num_tensors = 0;
+  size_t numel() const { return end - begin; }
+};
+
+struct BucketPlan {
+  int nranks = 1;
+  std::vector<Bucket> buckets;  // in layout order
+  size_t total = 0;             // layout elements
+  size_t padded_total = 0;      // elements of the padded buffer
+  size_t max_padded = 0;        // largest bucket (the size of a zero2 staging buffer)
+
+  // Index of the bucket holding layout element `offset` (offset < total).
+  int bucket_of(size_t offset) const;
+  // Position of layout element `offset` in the padded buffer.
+  size_t padded_index(size_t offset) const;
+  // Elements a rank owns over all buckets: padded_total / N.
+  size_t owned_numel() const { return padded_total / static_cast<size_t>(nranks); }
+  // Offset of bucket b's shard inside a rank's concatenated owned shards (sum of earlier S).
+  size_t owned_offset(int b) const;
+  // The layout elements of bucket b that rank `rank` owns: [first, second), possibly empty
+  // (a rank whose shard lies entirely in the padding).
+  std::pair<size_t, size_t> owned_layout_range(int b, int rank) const;
+};
+
+// elem_bytes: bytes of one gradient element (4 in fp32, 2 in bf16) -- the capacity counts
+// gradient bytes as PyTorch's bucket_cap_mb does. Throws rz::Error for bucket_mb <= 0 or
+// nranks < 1.
+BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
+                             int nranks);
+
+// zero2 needs a staging buffer for every bucket that one backward "group" (lnf, one layer,
+// the embeddings: the units backward reports with grads_ready) writes before it is ready.
+// Returns the largest number of such buckets, not counting the last bucket (which holds
+// wte and has its own reserved buffer): the smallest pool that cannot deadlock.
+int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);
+
+}  // namespace rz

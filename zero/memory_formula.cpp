@@ -1,0 +1,72 @@
+#include "zero/memory_formula.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace rz {
+
+PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) {
+  RZ_CHECK(nranks >= 1, "--nranks: expected >= 1, got %d", nranks);
+  const double n = nranks;
+  const double pb = static_cast<double>(precision_bytes(precision));  // params and grads
+  const bool bf16 = precision == Precision::bf16;
+  PerParamBytes f;
+  f.params = pb;
+  f.grads = kind == StrategyKind::zero2 ? pb / n : pb;
+  const double opt_div = kind == StrategyKind::ddp ? 1.0 : n;
+  f.master = bf16 ? 4.0 / opt_div : 0.0;  // fp32 mode: the params are the master weights
+  f.adam_m = 4.0 / opt_div;
+  f.adam_v = 4.0 / opt_div;
+  return f;
+}
+
+PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks) {
+  PerParamBytes f = paper_formula(kind, precision, nranks);
+  if (kind == StrategyKind::zero2) f.grads = 4.0 / nranks;  // fp32 owned gradient shard
+  return f;
+}
+
+size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight) {
+  if (plan.buckets.empty()) return 0;
+  size_t max_other = 0;
+  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b)
+    max_other = std::max(max_other, plan.buckets[b].padded);
+  // Each staging buffer carries its bucket (padded) plus room for the reduce-scattered
+  // shard (padded / N) that the comm thread then adds into the fp32 owned shard.
+  const size_t n = static_cast<size_t>(plan.nranks);
+  const Bucket& last = plan.buckets.back();
+  return static_cast<size_t>(buckets_in_flight) * (max_other + max_other / n) +
+         (last.padded + last.padded / n);
+}
+
+ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
+                                  int buckets_in_flight) {
+  const size_t pb = precision_bytes(precision);
+  const bool bf16 = precision == Precision::bf16;
+  const size_t owned = plan.owned_numel();
+  ExactStateBytes e;
+  e.params = plan.total * pb;
+  switch (kind) {
+    case StrategyKind::ddp:
+      e.grads = plan.padded_total * pb;
+      e.master = bf16 ? plan.total * 4 : 0;
+      e.adam_m = e.adam_v = plan.total * 4;
+      break;
+    case StrategyKind::zero1:
+      // The full padded buffer plus the reduce-scattered owned shard, both in model precision.
+      e.grads = (plan.padded_total + owned) * pb;
+      e.master = bf16 ? owned * 4 : 0;
+      e.adam_m = e.adam_v = owned * 4;
+      break;
+    case StrategyKind::zero2:
+      e.grads = owned * 4;
+      e.master = bf16 ? owned * 4 : 0;
+      e.adam_m = e.adam_v = owned * 4;
+      e.staging = zero2_staging_elems(plan, buckets_in_flight) * pb;
+      break;
+  }
+  return e;
+}
+
+}  // namespace rz

@@ -1,0 +1,61 @@
+// zero/memory_formula.h: how many bytes of model states each strategy keeps on a rank.
+//
+// Model states = parameters + gradients + optimizer states (ZeRO paper, section 3.1).
+// With P parameters, N ranks and AdamW:
+//
+//   bf16 mode (bf16 params and grads; fp32 master weights, m, v: 4+4+4 = 12 bytes)
+//     ddp     2 + 2   + 12        = 16 bytes/param     (7B -> 112 GB, the seed article)
+//     zero1   2 + 2   + 12/N
+//     zero2   2 + 2/N + 12/N                           (the paper's Psi(2 + 14/N))
+//   fp32 mode (fp32 params ARE the master weights, so no separate copy: m, v = 8 bytes)
+//     ddp     4 + 4   + 8         = 16 bytes/param
+//     zero1   4 + 4   + 8/N
+//     zero2   4 + 4/N + 8/N
+//
+// ringzero's zero2 keeps its owned gradient shard in fp32 (it accumulates across micro-
+// steps there), so in bf16 mode its gradient term is 4/N, not the paper's 2/N; and it
+// holds staging buckets for the gradients in flight: --buckets-in-flight buffers of the
+// largest bucket plus one reserved for the bucket holding wte (tied: its gradient is
+// started by the classifier at the top of backward and finished by the embedding at the
+// very end, so that bucket is staged for the whole backward). paper_formula() gives the
+// paper's numbers; ringzero_formula() what ringzero allocates.
+#pragma once
+
+#include <cstddef>
+
+#include "model/config.h"
+#include "zero/buckets.h"
+#include "zero/strategy.h"
+
+namespace rz {
+
+// Bytes per parameter on one rank, by kind of state.
+struct PerParamBytes {
+  double params = 0, grads = 0, master = 0, adam_m = 0, adam_v = 0;
+  double total() const { return params + grads + master + adam_m + adam_v; }
+};
+
+// The ZeRO paper's accounting (zero2 gradient shard in the model's precision).
+PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks);
+// What ringzero allocates, ignoring padding (zero2 gradient shard in fp32).
+PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks);
+
+// Exact bytes ringzero allocates per tag on one rank for a bucket plan (padding included).
+// These are the numbers the measured report must equal.
+struct ExactStateBytes {
+  size_t params = 0;   // MemTag::params (owned by the model)
+  size_t grads = 0;    // MemTag::grads: full padded buffer (ddp, zero1) or fp32 owned shard (zero2)
+  size_t master = 0;   // MemTag::master: fp32 master weights (bf16 mode only)
+  size_t adam_m = 0;   // MemTag::adam_m
+  size_t adam_v = 0;   // MemTag::adam_v
+  size_t staging = 0;  // MemTag::comm held by the strategy: zero2's staging pool
+  size_t total() const { return params + grads + master + adam_m + adam_v + staging; }
+};
+ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
+                                  int buckets_in_flight);
+
+// zero2's staging pool in elements: buckets_in_flight x (largest bucket other than the
+// last) + the last bucket (the one holding wte), each padded.
+size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight);
+
+}  // namespace rz
