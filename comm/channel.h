@@ -1,0 +1,52 @@
+// comm/channel.h: the one thing the ring needs from a transport.
+//
+// A rank's RingChannel sends messages to its right neighbour (rank+1) and receives them
+// from its left neighbour (rank-1), in order. The ring algorithm (ring.cpp) is written
+// once against this interface; thread, shm and tcp only differ in how bytes move.
+//
+// recv() does not copy into a caller buffer: it hands the caller a pointer to the
+// received bytes where they already lie (a shared-memory slot for shm and thread, the
+// reader thread's slot for tcp), so the ring reduces straight from the slot. The pointer
+// is valid only inside the consume callback; the slot is released when it returns.
+//
+// send() returns when the bytes are out of the caller's buffer (copied into the
+// neighbour's slot or handed to the kernel), so the ring may overwrite src at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/check.h"
+
+namespace rz {
+
+// Every message carries a tag so a rank that runs a different collective than its
+// neighbour (or has RINGZERO_COMM_DEBUG set when the neighbour has not) is caught.
+enum class MsgTag : uint32_t { data = 1, fingerprint = 2, barrier = 3 };
+
+// A failure that involves a neighbour: closed channel, dead process, timeout, or a
+// message that does not match what this rank expected. The communicator prefixes the
+// rank and the collective ("rank 1: all_reduce #7: ...").
+struct PeerError : Error {
+  PeerError(int peer_rank, const std::string& msg) : Error(msg), peer(peer_rank) {}
+  int peer;
+};
+
+class RingChannel {
+ public:
+  virtual ~RingChannel() = default;
+
+  // Blocks until the message is out of src (at most timeout_s); bytes <= max_message_bytes().
+  virtual void send(const void* src, size_t bytes, MsgTag tag) = 0;
+  // Waits for the next message from the left (at most timeout_s), checks that it has the
+  // expected tag and size, and calls consume(pointer to its bytes) on it in place.
+  virtual void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) = 0;
+  // Largest message one send() may carry (the slot size, at least segment_bytes).
+  virtual size_t max_message_bytes() const = 0;
+  // Marks both directions closed so the neighbours fail at once instead of timing out.
+  virtual void close() = 0;
+};
+
+}  // namespace rz

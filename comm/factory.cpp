@@ -1,0 +1,90 @@
+// comm/factory.cpp: a rank's identity from the environment, and connect_communicator.
+#include "comm/factory.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+
+#include "comm/ring_communicator.h"
+#include "comm/transports.h"
+
+namespace rz {
+namespace {
+
+// The first of names that is set, parsed as an int in [lo, hi]; a bad value is an error.
+bool env_int(std::initializer_list<const char*> names, int lo, int hi, int& out) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v == nullptr || *v == 0) continue;
+    char* end = nullptr;
+    errno = 0;
+    long x = std::strtol(v, &end, 10);
+    RZ_CHECK(errno == 0 && *end == 0 && x >= lo && x <= hi, "environment %s: expected an integer in %d..%d, found '%s'",
+             n, lo, hi, v);
+    out = static_cast<int>(x);
+    return true;
+  }
+  return false;
+}
+
+std::string host_identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+}  // namespace
+
+RankEnv rank_env_from_environment() {
+  RankEnv e;
+  env_int({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}, 0, 1 << 20, e.rank);
+  env_int({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"}, 1, 1 << 20, e.world_size);
+  env_int({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}, 0, 1 << 20, e.local_rank);
+  env_int({"MASTER_PORT"}, 1, 65535, e.master_port);
+  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != 0) e.master_addr = a;
+  if (const char* t = std::getenv("RINGZERO_JOB_TOKEN"); t != nullptr) e.job_token = t;
+  RZ_CHECK(e.rank < e.world_size, "environment: RANK %d is not below WORLD_SIZE %d", e.rank, e.world_size);
+  return e;
+}
+
+std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
+  CommOptions opts = resolve_comm_options(options);
+  RZ_CHECK(opts.transport == "auto" || opts.transport == "shm" || opts.transport == "tcp",
+           "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
+           "that are threads of one process)",
+           opts.transport.c_str());
+  RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
+           "rank %d of world size %d is out of range", env.rank, env.world_size);
+  if (env.world_size == 1)
+    return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
+  RZ_CHECK(!env.job_token.empty(),
+           "RINGZERO_JOB_TOKEN is not set: every rank must present the same job token to the rendezvous store "
+           "(ringzero's launcher sets it; with torchrun or srun export one random value to all ranks)");
+  RZ_CHECK(env.job_token.size() <= 63, "RINGZERO_JOB_TOKEN: expected at most 63 characters, found %zu",
+           env.job_token.size());
+
+  std::shared_ptr<StoreServer> server;
+  if (env.rank == 0) server = std::make_shared<StoreServer>(env.master_port, env.job_token);
+  StoreClient store(env.master_addr, env.master_port, env.job_token, opts.timeout_s);
+
+  std::string transport = opts.transport;
+  store.set(strfmt("host/%d", env.rank), host_identity());
+  if (transport == "auto") {
+    transport = "shm";
+    std::string mine = host_identity();
+    for (int r = 0; r < env.world_size; ++r)
+      if (store.get(strfmt("host/%d", r)) != mine) transport = "tcp";
+  }
+  std::unique_ptr<RingChannel> ch = transport == "shm" ? connect_shm_channel(env, opts, store)
+                                                       : connect_tcp_channel(env, opts, store);
+  auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
+  if (server) comm->keep_alive(server);
+  return comm;
+}
+
+}  // namespace rz

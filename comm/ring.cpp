@@ -1,0 +1,263 @@
+// comm/ring.cpp: ring ReduceScatter, AllGather, AllReduce, Broadcast and Barrier.
+//
+// Terms (the seed article's, ../shared/seed/000_75d8087cc4de792f.txt):
+//   N        ranks on a ring; rank r sends only to its right neighbour r+1 and receives
+//            only from its left neighbour r-1 (indices mod N).
+//   chunk c  the c-th of the N pieces of the full tensor: shard_of(count, N, c). Chunks
+//            have S = ceil(count/N) elements, the trailing ones fewer or none; nothing is
+//            padded, a short chunk simply sends fewer bytes.
+//   shard    the chunk a rank owns: rank r owns chunk r.
+//   round    one step of a phase: every rank sends one chunk and receives one chunk.
+//            A phase has N-1 rounds.
+//   segment  the pipeline unit: a chunk goes over the channel in segments of at most
+//            segment_bytes, so while rank r reduces segment s, its left neighbour is
+//            already writing segment s+1 and its right neighbour forwarding segment s-1.
+//
+// ReduceScatter. In round k (1..N-1) rank r sends chunk (r-k) and receives chunk
+// (r-k-1), adding the received partial sum to its own copy of that chunk. Chunk c starts
+// on rank c+1 (round 1: its own data), gains one rank's term per hop, and after N-1 hops
+// arrives complete on rank c. (The article's table starts chunk c on rank c and ends it on
+// rank c-1; we shift the schedule by one so rank r ends with shard r, as
+// communicator.h promises.) With N = 4 ranks holding a, b, c, d, chunk 0 leaves rank 1
+// as b0, becomes b0+c0 on rank 2, b0+c0+d0 on rank 3 and b0+c0+d0+a0 on rank 0.
+// For avg the owner divides the finished sum by N in fp32 right after the last hop, so
+// all_reduce(avg) and reduce_scatter(avg) produce bitwise the same shard.
+// bf16 partial sums are added in fp32 and rounded to bf16 (RNE) at every hop, because
+// the hop's result travels as bf16.
+//
+// AllGather. Rank r starts holding chunk r. In round k it sends chunk (r-k+1) -- its own
+// chunk in round 1, afterwards the chunk it received in the previous round -- and
+// receives chunk (r-k). After N-1 rounds every rank holds every chunk.
+//
+// AllReduce = ReduceScatter then AllGather on the same ring and the same buffer: after
+// the first phase rank r holds the finished chunk r, which is exactly AllGather's start.
+// Per rank and phase the chunks sent add up to (N-1)/N of the tensor (up to the shorter
+// trailing chunks), hence the 2(N-1)/N x M bytes of an AllReduce.
+//
+// Broadcast pipelines segments along the ring from the root: r receives a segment from
+// the left, keeps it and forwards it right, unless the right neighbour is the root.
+// Barrier passes a one-byte token N-1 times: the k-th token rank r receives proves that
+// rank r-k has entered, so after N-1 tokens every rank has.
+#include "comm/ring.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/bf16.h"
+
+namespace rz {
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+size_t segment_elems(const RingContext& ctx, size_t esz) {
+  size_t seg_bytes = std::min(ctx.segment_bytes, ctx.channel->max_message_bytes());
+  return std::max<size_t>(1, seg_bytes / esz);
+}
+
+void observe(RingContext& ctx, CollectiveKind phase, int round, bool end, int sent, int recv,
+             const void* data, size_t n, DType dt) {
+  if (ctx.observer == nullptr) return;
+  RingRound ev;
+  ev.rank = ctx.rank;
+  ev.nranks = ctx.nranks;
+  ev.phase = phase;
+  ev.round = round;
+  ev.end = end;
+  ev.sent_chunk = sent;
+  ev.recv_chunk = recv;
+  ev.data = data;
+  ev.data_count = n;
+  ev.dtype = dt;
+  ctx.observer->on_round(ev);
+}
+
+// The ReduceScatter phase. in: the rank's full input (count elements). The running partial
+// sum of chunk c lives at partial(c); the finished chunk r is written to out.
+template <typename PartialFn>
+void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t count, DType dt,
+                          ReduceOp op, PartialFn partial) {
+  const int N = ctx.nranks, r = ctx.rank;
+  const size_t esz = dtype_size(dt);
+  const size_t seg = segment_elems(ctx, esz);
+  RingChannel& ch = *ctx.channel;
+  for (int k = 1; k <= N - 1; ++k) {
+    const int send_chunk = mod(r - k, N), recv_chunk = mod(r - k - 1, N);
+    const bool last_hop = k == N - 1;  // recv_chunk == r: the sum is complete after this add
+    ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
+    const char* send_src = k == 1 ? in + sc.offset * esz : partial(send_chunk);
+    char* recv_dst = last_hop ? out : partial(recv_chunk);
+    const char* own = in + rc.offset * esz;
+    const int divide_by = last_hop && op == ReduceOp::avg ? N : 0;
+    observe(ctx, CollectiveKind::reduce_scatter, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
+    const size_t nseg_send = (sc.count + seg - 1) / seg, nseg_recv = (rc.count + seg - 1) / seg;
+    for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
+      if (s < nseg_send) {
+        size_t n = std::min(seg, sc.count - s * seg);
+        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
+        ctx.bytes_sent += n * esz;
+      }
+      if (s < nseg_recv) {
+        size_t n = std::min(seg, rc.count - s * seg);
+        char* dst = recv_dst + s * seg * esz;
+        const char* mine = own + s * seg * esz;
+        ch.recv(n * esz, MsgTag::data,
+                [&](const void* incoming) { reduce_elements(dt, dst, incoming, mine, n, divide_by); });
+        ctx.bytes_recv += n * esz;
+      }
+    }
+    observe(ctx, CollectiveKind::reduce_scatter, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
+  }
+}
+
+// The AllGather phase over out (count elements), which already holds chunk r.
+void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt) {
+  const int N = ctx.nranks, r = ctx.rank;
+  const size_t esz = dtype_size(dt);
+  const size_t seg = segment_elems(ctx, esz);
+  RingChannel& ch = *ctx.channel;
+  for (int k = 1; k <= N - 1; ++k) {
+    const int send_chunk = mod(r - k + 1, N), recv_chunk = mod(r - k, N);
+    ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
+    char* send_src = out + sc.offset * esz;
+    char* recv_dst = out + rc.offset * esz;
+    observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
+    const size_t nseg_send = (sc.count + seg - 1) / seg, nseg_recv = (rc.count + seg - 1) / seg;
+    for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
+      if (s < nseg_send) {
+        size_t n = std::min(seg, sc.count - s * seg);
+        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
+        ctx.bytes_sent += n * esz;
+      }
+      if (s < nseg_recv) {
+        size_t n = std::min(seg, rc.count - s * seg);
+        char* dst = recv_dst + s * seg * esz;
+        ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, n * esz); });
+        ctx.bytes_recv += n * esz;
+      }
+    }
+    observe(ctx, CollectiveKind::all_gather, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
+  }
+}
+
+}  // namespace
+
+void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by) {
+  if (dtype == DType::f32) {
+    float* d = static_cast<float*>(dst);
+    const float* x = static_cast<const float*>(a);
+    const float* y = static_cast<const float*>(b);
+    if (divide_by > 0) {
+      const float div = static_cast<float>(divide_by);
+      for (size_t i = 0; i < n; ++i) d[i] = (x[i] + y[i]) / div;
+    } else {
+      for (size_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
+    }
+  } else {
+    bf16* d = static_cast<bf16*>(dst);
+    const bf16* x = static_cast<const bf16*>(a);
+    const bf16* y = static_cast<const bf16*>(b);
+    if (divide_by > 0) {
+      const float div = static_cast<float>(divide_by);
+      for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16((bf16_to_float(x[i]) + bf16_to_float(y[i])) / div);
+    } else {
+      for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+    }
+  }
+}
+
+void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+  const size_t esz = dtype_size(dtype);
+  if (ctx.nranks == 1) {
+    if (count > 0 && in != out) std::memmove(out, in, count * esz);
+    return;
+  }
+  // Partial sums of chunks this rank only passes on live in one chunk-sized work buffer:
+  // the round that receives chunk c into it is followed by the round that sends it, and
+  // each segment is sent before the next receive overwrites it.
+  size_t S = shard_of(count, ctx.nranks, 0).count;
+  if (ctx.work->size() < S * esz) ctx.work->allocate(MemTag::comm, S * esz);
+  char* work = reinterpret_cast<char*>(ctx.work->data());
+  reduce_scatter_phase(ctx, static_cast<const char*>(in), static_cast<char*>(out), count, dtype, op,
+                       [work](int) { return work; });
+}
+
+void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
+  if (ctx.nranks == 1) return;  // the sum over one rank is its input; avg divides by 1
+  const size_t esz = dtype_size(dtype);
+  char* b = static_cast<char*>(buf);
+  const int N = ctx.nranks;
+  // In place: the partial sum of chunk c accumulates in buf's chunk c.
+  reduce_scatter_phase(ctx, b, b + shard_of(count, N, ctx.rank).offset * esz, count, dtype, op,
+                       [b, count, N, esz](int c) { return b + shard_of(count, N, c).offset * esz; });
+  all_gather_phase(ctx, b, count, dtype);
+}
+
+void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype) {
+  const size_t esz = dtype_size(dtype);
+  ShardRange mine = shard_of(count, ctx.nranks, ctx.rank);
+  char* o = static_cast<char*>(out);
+  if (mine.count > 0 && shard != o + mine.offset * esz) std::memmove(o + mine.offset * esz, shard, mine.count * esz);
+  if (ctx.nranks == 1) return;
+  all_gather_phase(ctx, o, count, dtype);
+}
+
+void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int root) {
+  const int N = ctx.nranks, r = ctx.rank;
+  if (N == 1 || count == 0) return;
+  const size_t esz = dtype_size(dtype);
+  const size_t seg = segment_elems(ctx, esz);
+  const size_t nseg = (count + seg - 1) / seg;
+  const bool forwards = mod(r + 1, N) != root;
+  char* b = static_cast<char*>(buf);
+  RingChannel& ch = *ctx.channel;
+  observe(ctx, CollectiveKind::broadcast, 1, false, r == root ? 0 : -1, -1, buf, count, dtype);
+  for (size_t s = 0; s < nseg; ++s) {
+    size_t n = std::min(seg, count - s * seg);
+    char* p = b + s * seg * esz;
+    if (r != root) {
+      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { std::memcpy(p, incoming, n * esz); });
+      ctx.bytes_recv += n * esz;
+    }
+    if (r == root || forwards) {
+      ch.send(p, n * esz, MsgTag::data);
+      ctx.bytes_sent += n * esz;
+    }
+  }
+  observe(ctx, CollectiveKind::broadcast, 1, true, -1, r == root ? -1 : 0, buf, count, dtype);
+}
+
+void ring_barrier(RingContext& ctx) {
+  const unsigned char token = 1;
+  for (int k = 1; k <= ctx.nranks - 1; ++k) {
+    ctx.channel->send(&token, 1, MsgTag::barrier);
+    ctx.channel->recv(1, MsgTag::barrier, [](const void*) {});
+    ctx.bytes_sent += 1;
+    ctx.bytes_recv += 1;
+  }
+}
+
+std::string describe(const Fingerprint& fp) {
+  std::string s = strfmt("#%llu %s(", static_cast<unsigned long long>(fp.seq),
+                         collective_name(static_cast<CollectiveKind>(fp.kind)));
+  auto kind = static_cast<CollectiveKind>(fp.kind);
+  if (kind == CollectiveKind::barrier) return s + ")";
+  s += strfmt("%s, count %llu", dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(fp.count));
+  if (fp.op >= 0) s += strfmt(", %s", reduce_op_name(static_cast<ReduceOp>(fp.op)));
+  if (fp.root >= 0) s += strfmt(", root %d", fp.root);
+  return s + ")";
+}
+
+void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp) {
+  if (ctx.nranks == 1) return;
+  const int left = mod(ctx.rank - 1, ctx.nranks);
+  ctx.channel->send(&fp, sizeof fp, MsgTag::fingerprint);
+  Fingerprint theirs;
+  ctx.channel->recv(sizeof theirs, MsgTag::fingerprint,
+                    [&](const void* p) { std::memcpy(&theirs, p, sizeof theirs); });
+  if (std::memcmp(&theirs, &fp, sizeof fp) != 0)
+    throw PeerError(left, strfmt("collective mismatch (RINGZERO_COMM_DEBUG): this rank runs %s but rank %d runs %s",
+                                 describe(fp).c_str(), left, describe(theirs).c_str()));
+}
+
+}  // namespace rz

@@ -1,0 +1,74 @@
+// comm/ring.h: the ring collectives, written once over a RingChannel.
+//
+// Every function here runs on one rank and talks only to its two neighbours through
+// RingContext::channel; the same code serves the thread, shm and tcp transports. The
+// algorithm and its terms (chunk, shard, round, segment) are explained in ring.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/memory.h"
+#include "comm/channel.h"
+#include "comm/communicator.h"
+
+namespace rz {
+
+// What one rank did in one round; comm-trace turns these into the seed article's tables.
+struct RingRound {
+  int rank = 0;
+  int nranks = 1;
+  CollectiveKind phase = CollectiveKind::all_gather;  // reduce_scatter, all_gather or broadcast
+  int round = 0;          // 1 .. N-1 (broadcast: 1)
+  bool end = false;       // false: before the round's first send; true: after its last receive
+  int sent_chunk = -1;    // chunk index this round sends (-1: none)
+  int recv_chunk = -1;    // chunk index this round receives (-1: none)
+  const void* data = nullptr;  // begin: the chunk about to be sent; end: the received chunk as held
+  size_t data_count = 0;       // elements behind data
+  DType dtype = DType::f32;
+};
+
+// Sees every round of every collective of one rank, on that rank's comm path.
+class RingObserver {
+ public:
+  virtual ~RingObserver() = default;
+  virtual void on_round(const RingRound& r) = 0;
+};
+
+// The fingerprint RINGZERO_COMM_DEBUG=1 compares across neighbours before each collective.
+struct Fingerprint {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t kind = 0;
+  int32_t dtype = 0;
+  int32_t op = -1;    // ReduceOp or -1
+  int32_t root = -1;  // broadcast root or -1
+};
+std::string describe(const Fingerprint& fp);
+
+struct RingContext {
+  RingChannel* channel = nullptr;  // null only when nranks == 1
+  int rank = 0;
+  int nranks = 1;
+  size_t segment_bytes = 1u << 20;
+  RingObserver* observer = nullptr;
+  Buffer<unsigned char>* work = nullptr;      // ReduceScatter's partial-sum chunk; grown on demand
+  uint64_t bytes_sent = 0;  // payload bytes of the current collective
+  uint64_t bytes_recv = 0;
+};
+
+void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
+void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op);
+void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype);
+void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int root);
+void ring_barrier(RingContext& ctx);
+// Sends this rank's fingerprint right, receives the left one and throws PeerError naming
+// both on the first difference.
+void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp);
+
+// dst[i] = a[i] + b[i] in fp32 arithmetic (bf16 rounded once, RNE); when divide_by > 0
+// the sum is divided by it in fp32 before rounding. dst may alias a or b.
+void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by);
+
+}  // namespace rz

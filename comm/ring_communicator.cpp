@@ -1,0 +1,251 @@
+// comm/ring_communicator.cpp: issue order, async work, errors and stats around the ring.
+#include "comm/ring_communicator.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+
+namespace rz {
+
+namespace {
+
+class RingWork final : public Work {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return finished_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool done() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return finished_;
+  }
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(mu_);
+    error_ = std::move(e);
+    finished_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+Fingerprint make_fp(CollectiveKind kind, size_t count, DType dt, int op, int root) {
+  Fingerprint fp;
+  fp.kind = static_cast<int32_t>(kind);
+  fp.count = count;
+  fp.dtype = static_cast<int32_t>(dt);
+  fp.op = op;
+  fp.root = root;
+  return fp;
+}
+
+}  // namespace
+
+struct RingCommunicator::Task {
+  CollectiveKind kind;
+  Fingerprint fp;
+  Body body;
+  OnDone on_done;
+  std::shared_ptr<RingWork> work;
+};
+
+CommOptions resolve_comm_options(const CommOptions& opts) {
+  CommOptions o = opts;
+  if (const char* t = std::getenv("RINGZERO_COMM_TIMEOUT"); t != nullptr && *t != 0 && o.timeout_s == CommOptions{}.timeout_s) {
+    char* end = nullptr;
+    double v = std::strtod(t, &end);
+    RZ_CHECK(end != t && *end == 0 && v > 0, "RINGZERO_COMM_TIMEOUT: expected a positive number of seconds, found '%s'", t);
+    o.timeout_s = v;
+  }
+  if (const char* d = std::getenv("RINGZERO_COMM_DEBUG"); d != nullptr && *d != 0) {
+    std::string s = d;
+    RZ_CHECK(s == "0" || s == "1", "RINGZERO_COMM_DEBUG: expected 0 or 1, found '%s'", d);
+    if (s == "1") o.debug = true;
+  }
+  RZ_CHECK(o.timeout_s > 0, "comm timeout: expected a positive number of seconds, found %g", o.timeout_s);
+  RZ_CHECK(o.segment_bytes >= 1, "comm segment_bytes: expected at least 1, found %zu", o.segment_bytes);
+  return o;
+}
+
+RingCommunicator::RingCommunicator(int rank, int nranks, std::string transport,
+                                   std::unique_ptr<RingChannel> channel, const CommOptions& opts)
+    : rank_(rank), nranks_(nranks), transport_(std::move(transport)), channel_(std::move(channel)),
+      opts_(opts) {
+  RZ_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "communicator: rank %d of %d is out of range", rank, nranks);
+  RZ_CHECK(nranks == 1 || channel_ != nullptr, "communicator: %d ranks need a channel", nranks);
+}
+
+RingCommunicator::~RingCommunicator() {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();  // finishes what was queued, in order
+  if (channel_) channel_->close();
+}
+
+void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body) {
+  RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
+  const uint64_t seq = ++seq_;
+  RingContext ctx;
+  ctx.channel = channel_.get();
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.segment_bytes = opts_.segment_bytes;
+  ctx.observer = observer_;
+  ctx.work = &work_;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (opts_.debug && nranks_ > 1) {
+      fp.seq = seq;
+      ring_check_fingerprint(ctx, fp);
+    }
+    body(ctx);
+  } catch (const Error& e) {
+    broken_ = strfmt("rank %d: %s #%llu: %s", rank_, collective_name(kind), static_cast<unsigned long long>(seq), e.what());
+    if (channel_) channel_->close();
+    throw Error(broken_);
+  }
+  CommCounters& c = stats_.by_kind[static_cast<int>(kind)];
+  c.calls += 1;
+  c.bytes_sent += ctx.bytes_sent;
+  c.bytes_recv += ctx.bytes_recv;
+  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return queue_.empty() && !busy_; });
+  busy_ = true;
+  l.unlock();
+  std::exception_ptr err;
+  try {
+    execute(kind, fp, body);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  l.lock();
+  busy_ = false;
+  cv_.notify_all();
+  l.unlock();
+  if (err) std::rethrow_exception(err);
+}
+
+WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done) {
+  auto work = std::make_shared<RingWork>();
+  auto task = std::make_unique<Task>(Task{kind, fp, std::move(body), std::move(on_done), work});
+  std::lock_guard<std::mutex> l(mu_);
+  if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
+  queue_.push_back(std::move(task));
+  cv_.notify_all();
+  return work;
+}
+
+void RingCommunicator::comm_thread_main() {
+  for (;;) {
+    std::unique_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return (!queue_.empty() && !busy_) || (stop_ && queue_.empty()); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::exception_ptr err;
+    try {
+      execute(task->kind, task->fp, task->body);
+      if (task->on_done) task->on_done();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      busy_ = false;
+      cv_.notify_all();
+    }
+    task->work->finish(err);
+  }
+}
+
+// ---- argument checks and the public calls -------------------------------------------------
+
+#define RZ_CHECK_BUF(p, n, name) \
+  RZ_CHECK((p) != nullptr || (n) == 0, "%s: %s is null but %zu elements were asked for", what, name, size_t(n))
+
+void RingCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
+  const char* what = "all_reduce";
+  RZ_CHECK_BUF(buf, count, "buf");
+  run_blocking(CollectiveKind::all_reduce, make_fp(CollectiveKind::all_reduce, count, dtype, int(op), -1),
+               [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); });
+}
+
+void RingCommunicator::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+  const char* what = "reduce_scatter";
+  RZ_CHECK_BUF(in, count, "in");
+  RZ_CHECK_BUF(out, shard_of(count, nranks_, rank_).count, "out");
+  run_blocking(CollectiveKind::reduce_scatter, make_fp(CollectiveKind::reduce_scatter, count, dtype, int(op), -1),
+               [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); });
+}
+
+void RingCommunicator::all_gather(const void* shard, void* out, size_t count, DType dtype) {
+  const char* what = "all_gather";
+  RZ_CHECK_BUF(shard, shard_of(count, nranks_, rank_).count, "shard");
+  RZ_CHECK_BUF(out, count, "out");
+  run_blocking(CollectiveKind::all_gather, make_fp(CollectiveKind::all_gather, count, dtype, -1, -1),
+               [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); });
+}
+
+void RingCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  const char* what = "broadcast";
+  RZ_CHECK_BUF(buf, count, "buf");
+  RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
+  run_blocking(CollectiveKind::broadcast, make_fp(CollectiveKind::broadcast, count, dtype, -1, root),
+               [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); });
+}
+
+void RingCommunicator::barrier() {
+  run_blocking(CollectiveKind::barrier, make_fp(CollectiveKind::barrier, 0, DType::f32, -1, -1),
+               [](RingContext& ctx) { ring_barrier(ctx); });
+}
+
+WorkHandle RingCommunicator::all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, OnDone on_done) {
+  const char* what = "all_reduce_async";
+  RZ_CHECK_BUF(buf, count, "buf");
+  return enqueue(CollectiveKind::all_reduce, make_fp(CollectiveKind::all_reduce, count, dtype, int(op), -1),
+                 [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); }, std::move(on_done));
+}
+
+WorkHandle RingCommunicator::reduce_scatter_async(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                                  OnDone on_done) {
+  const char* what = "reduce_scatter_async";
+  RZ_CHECK_BUF(in, count, "in");
+  RZ_CHECK_BUF(out, shard_of(count, nranks_, rank_).count, "out");
+  return enqueue(CollectiveKind::reduce_scatter,
+                 make_fp(CollectiveKind::reduce_scatter, count, dtype, int(op), -1),
+                 [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); }, std::move(on_done));
+}
+
+WorkHandle RingCommunicator::all_gather_async(const void* shard, void* out, size_t count, DType dtype, OnDone on_done) {
+  const char* what = "all_gather_async";
+  RZ_CHECK_BUF(shard, shard_of(count, nranks_, rank_).count, "shard");
+  RZ_CHECK_BUF(out, count, "out");
+  return enqueue(CollectiveKind::all_gather, make_fp(CollectiveKind::all_gather, count, dtype, -1, -1),
+                 [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); }, std::move(on_done));
+}
+
+WorkHandle RingCommunicator::broadcast_async(void* buf, size_t count, DType dtype, int root, OnDone on_done) {
+  const char* what = "broadcast_async";
+  RZ_CHECK_BUF(buf, count, "buf");
+  RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
+  return enqueue(CollectiveKind::broadcast, make_fp(CollectiveKind::broadcast, count, dtype, -1, root),
+                 [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); }, std::move(on_done));
+}
+
+}  // namespace rz

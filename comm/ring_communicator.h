@@ -1,0 +1,93 @@
+// comm/ring_communicator.h: the Communicator every transport shares.
+//
+// A RingCommunicator owns one RingChannel (its transport) and runs the ring algorithms of
+// ring.cpp over it. It adds what communicator.h promises on top of the algorithm:
+//   - issue order: async collectives queue for this rank's comm thread (started on first
+//     use); a blocking call waits for the queue to drain, then runs on the caller's thread
+//     (no thread hand-off on the latency path);
+//   - errors: a PeerError becomes "rank R: <collective> #seq: <what>", the channel is
+//     closed so the neighbours fail at once too, and every later call repeats the error;
+//   - RINGZERO_COMM_DEBUG: a fingerprint check with the neighbours before each collective;
+//   - CommStats: calls, payload bytes and wall time per collective kind.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "base/memory.h"
+#include "comm/channel.h"
+#include "comm/communicator.h"
+#include "comm/factory.h"
+#include "comm/ring.h"
+
+namespace rz {
+
+class RingCommunicator final : public Communicator {
+ public:
+  // channel may be null only for nranks == 1.
+  RingCommunicator(int rank, int nranks, std::string transport, std::unique_ptr<RingChannel> channel,
+                   const CommOptions& opts);
+  ~RingCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return nranks_; }
+  std::string transport_name() const override { return transport_; }
+
+  void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override;
+  void all_gather(const void* shard, void* out, size_t count, DType dtype) override;
+  void broadcast(void* buf, size_t count, DType dtype, int root) override;
+  void barrier() override;
+
+  WorkHandle all_reduce_async(void* buf, size_t count, DType dtype, ReduceOp op, OnDone on_done) override;
+  WorkHandle reduce_scatter_async(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
+                                  OnDone on_done) override;
+  WorkHandle all_gather_async(const void* shard, void* out, size_t count, DType dtype, OnDone on_done) override;
+  WorkHandle broadcast_async(void* buf, size_t count, DType dtype, int root, OnDone on_done) override;
+
+  const CommStats& stats() const override { return stats_; }
+  void reset_stats() override { stats_.reset(); }
+
+  // comm-trace watches every round; set it before the first collective.
+  void set_observer(RingObserver* observer) { observer_ = observer; }
+  // Keeps an object alive as long as this communicator (rank 0's rendezvous store).
+  void keep_alive(std::shared_ptr<void> p) { keep_alive_.push_back(std::move(p)); }
+  double timeout_s() const { return opts_.timeout_s; }
+
+ private:
+  using Body = std::function<void(RingContext&)>;
+  struct Task;
+  void execute(CollectiveKind kind, Fingerprint fp, const Body& body);
+  void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body);
+  WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done);
+  void comm_thread_main();
+
+  int rank_, nranks_;
+  std::string transport_;
+  std::unique_ptr<RingChannel> channel_;
+  CommOptions opts_;
+  RingObserver* observer_ = nullptr;
+  Buffer<unsigned char> work_;
+  CommStats stats_;
+  uint64_t seq_ = 0;
+  std::string broken_;  // the first communication error; the communicator is unusable after it
+  std::vector<std::shared_ptr<void>> keep_alive_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Task>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The options after the environment: RINGZERO_COMM_TIMEOUT replaces the default timeout,
+// RINGZERO_COMM_DEBUG=1 turns debug on. Bad values are errors naming the variable.
+CommOptions resolve_comm_options(const CommOptions& opts);
+
+}  // namespace rz
