@@ -1,0 +1,125 @@
+// tests/zero_harness.h: N ranks as threads, each with its own tiny GPT-2 and strategy,
+// trained for a few steps on batches whose tokens depend only on (step, global row), so
+// any split of the global batch over ranks and micro-steps sees the same data.
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "comm/factory.h"
+#include "model/config.h"
+#include "model/gpt2.h"
+#include "zero/strategy.h"
+
+namespace rz::test {
+
+struct RunSpec {
+  int nranks = 2;
+  StrategyKind kind = StrategyKind::ddp;
+  Precision precision = Precision::fp32;
+  int steps = 10;
+  int accum = 1;      // micro-steps per step
+  int B = 2, T = 16;  // per rank, per micro-step
+  double bucket_mb = 0.02;
+  int buckets_in_flight = 2;
+  float grad_clip = 1.0f;
+};
+
+struct RunResult {
+  std::vector<std::vector<float>> params;  // per rank, fp32, layout order
+  std::vector<std::vector<float>> norms;   // per rank, per step
+  std::vector<std::vector<float>> losses;  // per rank, per step (mean over micro-steps)
+};
+
+// Token of global row `row` (of the whole step's batch), position t. Two batches
+// alternate, so a few steps visibly lower the loss.
+inline int token_at(int step, int row, int t, int vocab) {
+  uint32_t x = static_cast<uint32_t>((step % 2) * 7919 + row * 104729 + t * 31 + 17);
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  return static_cast<int>(x % static_cast<uint32_t>(vocab));
+}
+
+inline GPT2Config tiny_config() { return model_preset("tiny"); }
+
+// Runs the spec; rank r of micro-step m takes global rows ((m * N) + r) * B .. + B.
+// `hook` (optional) runs on each rank after the first step, before the others.
+template <typename Hook>
+RunResult run_ranks(const RunSpec& spec, Hook hook) {
+  const int N = spec.nranks;
+  CommOptions copts;
+  copts.transport = "thread";
+  copts.timeout_s = 60.0;
+  auto comms = make_thread_communicators(N, copts);
+  GPT2Config cfg = tiny_config();
+  ModelOptions mopts;
+  mopts.precision = spec.precision;
+  std::vector<std::unique_ptr<GPT2>> models;
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  StrategyOptions sopts;
+  sopts.kind = spec.kind;
+  sopts.bucket_mb = spec.bucket_mb;
+  sopts.buckets_in_flight = spec.buckets_in_flight;
+  sopts.grad_clip = spec.grad_clip;
+  for (int r = 0; r < N; ++r) {
+    models.push_back(std::make_unique<GPT2>(cfg, mopts));
+    models.back()->init_random(1234);
+    strategies.push_back(make_strategy(*models.back(), *comms[r], sopts));
+  }
+  RunResult res;
+  res.params.resize(N);
+  res.norms.resize(N);
+  res.losses.resize(N);
+  std::vector<std::exception_ptr> errors(N);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < N; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        omp_set_num_threads(1);
+        GPT2& model = *models[r];
+        Strategy& st = *strategies[r];
+        const int B = spec.B, T = spec.T, V = cfg.vocab_size;
+        std::vector<int> in(B * T), tg(B * T);
+        for (int step = 0; step < spec.steps; ++step) {
+          float loss = 0.0f;
+          for (int m = 0; m < spec.accum; ++m) {
+            for (int b = 0; b < B; ++b) {
+              int row = (m * N + r) * B + b;
+              for (int t = 0; t < T; ++t) {
+                in[b * T + t] = token_at(step, row, t, V);
+                tg[b * T + t] = token_at(step, row, t + 1, V);
+              }
+            }
+            loss += model.forward(in.data(), tg.data(), B, T) / spec.accum;
+            model.backward(st.begin_micro_step(m, spec.accum), 1.0f / spec.accum);
+            st.end_micro_step();
+          }
+          StepStats s = st.step(1e-3f);
+          res.norms[r].push_back(s.grad_norm);
+          res.losses[r].push_back(loss);
+          if (step == 0) hook(r, st, s);
+        }
+        res.params[r].resize(model.layout().total);
+        model.get_params_f32(res.params[r].data());
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return res;
+}
+
+inline RunResult run_ranks(const RunSpec& spec) {
+  return run_ranks(spec, [](int, Strategy&, const StepStats&) {});
+}
+
+}  // namespace rz::test

@@ -1,0 +1,88 @@
+#include "zero/sharded.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "zero/clip.h"
+
+namespace rz {
+
+ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+    : StrategyCore(model, comm, opts) {
+  const size_t owned = plan_.owned_numel();
+  if (precision_ == Precision::bf16) {
+    master_.allocate(MemTag::master, owned);
+    Buffer<float> full(MemTag::workspace, plan_.total);
+    model_.get_params_f32(full.data());
+    ranges_to_owned(plan_, rank_, full.data(), master_.data());
+  }
+  m_.allocate(MemTag::adam_m, owned);
+  v_.allocate(MemTag::adam_v, owned);
+}
+
+StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {
+  double mine = partial_from_owned(plan_, owned_grads, gdt);
+  double norm = norm_from_partials(all_gather_partials(comm_, mine));
+  float scale = clip_scale(norm, opts_.grad_clip);
+  ++t_;
+
+  unsigned char* params = static_cast<unsigned char*>(model_.params());
+  const unsigned char* grads = static_cast<const unsigned char*>(owned_grads);
+  const size_t gsize = dtype_size(gdt);
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+    const size_t shard_begin = bk.begin + static_cast<size_t>(rank_) * bk.shard;
+    for (int i = bk.first_tensor; i < bk.first_tensor + bk.num_tensors && lo < hi; ++i) {
+      const ParamTensor& t = layout_.tensors[i];
+      size_t a = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
+      if (a >= e) continue;
+      size_t o = plan_.owned_offset(b) + (a - shard_begin);  // index in the owned arrays
+      adamw(master_.empty() ? nullptr : master_.data() + o, params + a * grad_bytes_,
+            grads + o * gsize, gdt, m_.data() + o, v_.data() + o, e - a, t.weight_decay, lr, scale);
+    }
+  }
+
+  // Every rank's updated shard to everyone, bucket by bucket, in place. The count is the
+  // bucket's unpadded size: the communicator's shards of it are exactly ours (S_b =
+  // ceil(numel / N)), and the padding never exists in the params.
+  std::vector<WorkHandle> gathers;
+  const DType pdt = precision_ == Precision::fp32 ? DType::f32 : DType::bf16;
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    auto r = plan_.owned_layout_range(b, rank_);
+    gathers.push_back(comm_.all_gather_async(params + r.first * grad_bytes_,
+                                             params + bk.begin * grad_bytes_, bk.numel(), pdt));
+  }
+  for (auto& w : gathers) w->wait();
+  return finish_stats(norm);
+}
+
+std::vector<std::pair<size_t, size_t>> ShardedStrategy::owned_ranges() const {
+  return owned_layout_ranges(plan_, rank_);
+}
+
+void ShardedStrategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
+                                          std::vector<float>& v) const {
+  if (!master_.empty()) {
+    owned_to_ranges(plan_, rank_, master_.data(), master);
+  } else {
+    Buffer<float> full(MemTag::workspace, plan_.total);
+    model_.get_params_f32(full.data());
+    master.clear();
+    for (auto [lo, hi] : owned_ranges()) master.insert(master.end(), full.data() + lo, full.data() + hi);
+  }
+  owned_to_ranges(plan_, rank_, m_.data(), m);
+  owned_to_ranges(plan_, rank_, v_.data(), v);
+}
+
+void ShardedStrategy::set_optimizer_state(const float* master_full, const float* m_full,
+                                          const float* v_full, uint64_t step) {
+  model_.set_params_f32(master_full);
+  if (!master_.empty()) ranges_to_owned(plan_, rank_, master_full, master_.data());
+  ranges_to_owned(plan_, rank_, m_full, m_.data());
+  ranges_to_owned(plan_, rank_, v_full, v_.data());
+  t_ = step;
+}
+
+}  // namespace rz

@@ -1,0 +1,38 @@
+// zero/sharded.h: the optimizer half that zero1 and zero2 share.
+//
+// Rank r owns shard r of every bucket (zero/buckets.h): S_b elements of bucket b, the
+// owned shards concatenated in bucket order make the rank's "owned" arrays (owned_numel =
+// padded_total / N elements, padding included so every index maps by one offset). For
+// them alone the rank keeps AdamW m and v and, in bf16 mode, the fp32 master weights. In
+// fp32 mode the model's own params are the master weights and are updated in place.
+//
+// step_owned(): global norm from this rank's partial and everyone else's (zero/clip.h),
+// AdamW on the owned pieces of each tensor (weight decay is per tensor), then every
+// bucket's params are all-gathered in place, in the model's precision, so each rank ends
+// the step with the full, identical model.
+#pragma once
+
+#include "base/memory.h"
+#include "zero/strategy_core.h"
+
+namespace rz {
+
+class ShardedStrategy : public StrategyCore {
+ public:
+  ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+
+  std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
+  void get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
+                           std::vector<float>& v) const override;
+  void set_optimizer_state(const float* master_full, const float* m_full, const float* v_full,
+                           uint64_t step) override;
+
+ protected:
+  // owned_grads: (owned_numel) averaged gradient of this rank's shards, dtype grad_dtype.
+  StepStats step_owned(const void* owned_grads, DType grad_dtype, float lr);
+
+  Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master
+  Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v
+};
+
+}  // namespace rz

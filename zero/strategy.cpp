@@ -1,0 +1,172 @@
+// zero/strategy.cpp: strategy names, the shared core (bucket cursor, accounting, AdamW
+// call), and make_strategy.
+#include "zero/strategy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+#include "kernels/cpu/adamw.h"
+#include "base/bf16.h"
+#include "zero/ddp.h"
+#include "zero/strategy_core.h"
+#include "zero/zero1.h"
+#include "zero/zero2.h"
+
+namespace rz {
+
+const char* strategy_name(StrategyKind k) {
+  switch (k) {
+    case StrategyKind::ddp: return "ddp";
+    case StrategyKind::zero1: return "zero1";
+    case StrategyKind::zero2: return "zero2";
+  }
+  return "?";
+}
+
+StrategyKind parse_strategy(const std::string& s) {
+  if (s == "ddp") return StrategyKind::ddp;
+  if (s == "zero1") return StrategyKind::zero1;
+  if (s == "zero2") return StrategyKind::zero2;
+  RZ_FAIL("--strategy: expected ddp, zero1 or zero2, got '%s'", s.c_str());
+}
+
+StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+    : model_(model),
+      comm_(comm),
+      opts_(opts),
+      layout_(model.layout()),
+      precision_(model.precision()),
+      grad_dtype_(model.precision() == Precision::fp32 ? DType::f32 : DType::bf16),
+      grad_bytes_(precision_bytes(model.precision())),
+      nranks_(comm.size()),
+      rank_(comm.rank()),
+      plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
+                              comm.size())) {
+  RZ_CHECK(opts.buckets_in_flight >= 1, "--buckets-in-flight: expected >= 1, got %d",
+           opts.buckets_in_flight);
+  RZ_CHECK(std::isfinite(opts.grad_clip), "grad_clip: expected a number, got %g",
+           static_cast<double>(opts.grad_clip));
+}
+
+GradSink& StrategyCore::begin_micro_step(int micro, int accum) {
+  RZ_CHECK(accum >= 1 && micro >= 0 && micro < accum,
+           "begin_micro_step: micro-step %d of %d is out of range", micro, accum);
+  RZ_CHECK(micro == 0 || (micro == micro_ + 1 && accum == accum_),
+           "begin_micro_step: expected micro-step %d of %d next, got %d of %d", micro_ + 1, accum_,
+           micro, accum);
+  micro_ = micro;
+  accum_ = accum;
+  ready_upto_ = 0;
+  next_bucket_ = 0;
+  if (micro == 0) {
+    window_start_stats_ = comm_.stats();
+    exposed_s_ = 0.0;
+    begin_window();
+  }
+  begin_micro();
+  return *this;
+}
+
+void StrategyCore::grads_ready(size_t begin, size_t end) {
+  RZ_CHECK(begin == ready_upto_ && end >= begin && end <= plan_.total,
+           "grads_ready: expected a range starting at %zu within %zu, got [%zu, %zu)", ready_upto_,
+           plan_.total, begin, end);
+  ready_upto_ = end;
+  const bool communicate = communicates_every_micro_step() || micro_ == accum_ - 1;
+  while (next_bucket_ < static_cast<int>(plan_.buckets.size()) &&
+         plan_.buckets[next_bucket_].end <= ready_upto_) {
+    if (communicate) submit_bucket(next_bucket_);
+    ++next_bucket_;
+  }
+}
+
+void StrategyCore::end_micro_step() {
+  RZ_CHECK(ready_upto_ == plan_.total,
+           "end_micro_step: backward reported gradients for %zu of %zu parameters", ready_upto_,
+           plan_.total);
+}
+
+void StrategyCore::wait_grad_work() {
+  auto t0 = Clock::now();
+  for (auto& w : grad_work_) w->wait();
+  grad_work_.clear();
+  exposed_s_ += seconds_since(t0);
+}
+
+StepStats StrategyCore::finish_stats(double grad_norm) {
+  const CommStats& now = comm_.stats();
+  StepStats s;
+  s.grad_norm = static_cast<float>(grad_norm);
+  CommCounters total_now = now.total(), total_then = window_start_stats_.total();
+  s.comm_bytes_sent = total_now.bytes_sent - total_then.bytes_sent;
+  s.comm_seconds = total_now.seconds - total_then.seconds;
+  double grad_s = 0.0;
+  for (CollectiveKind k : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter}) {
+    int i = static_cast<int>(k);
+    grad_s += now.by_kind[i].seconds - window_start_stats_.by_kind[i].seconds;
+  }
+  s.comm_overlapped = grad_s > 0.0 ? std::clamp(1.0 - exposed_s_ / grad_s, 0.0, 1.0) : 0.0;
+  return s;
+}
+
+void StrategyCore::adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m,
+                         float* v, size_t n, bool decay, float lr, float grad_scale) const {
+  if (n == 0) return;
+  AdamWStep s;
+  s.lr = lr;
+  s.beta1 = opts_.adamw.beta1;
+  s.beta2 = opts_.adamw.beta2;
+  s.eps = opts_.adamw.eps;
+  s.weight_decay = decay ? opts_.adamw.weight_decay : 0.0f;
+  s.grad_scale = grad_scale;
+  s.t = t_;
+  if (precision_ == Precision::fp32) {
+    // fp32 mode: the params are the master weights.
+    RZ_CHECK(grad_dtype == DType::f32, "adamw: fp32 params with %s gradients", dtype_name(grad_dtype));
+    adamw_update(static_cast<float*>(param), nullptr, m, v, static_cast<const float*>(grad), n, s);
+  } else if (grad_dtype == DType::bf16) {
+    adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const bf16*>(grad), n, s);
+  } else {
+    // zero2 in bf16 mode: the owned gradient shard is fp32.
+    adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const float*>(grad), n, s);
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> owned_layout_ranges(const BucketPlan& plan, int rank) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b) {
+    auto r = plan.owned_layout_range(b, rank);
+    if (r.second > r.first) out.push_back(r);
+  }
+  return out;
+}
+
+void owned_to_ranges(const BucketPlan& plan, int rank, const float* owned, std::vector<float>& out) {
+  out.clear();
+  for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b) {
+    auto r = plan.owned_layout_range(b, rank);
+    const float* src = owned + plan.owned_offset(b);
+    out.insert(out.end(), src, src + (r.second - r.first));
+  }
+}
+
+void ranges_to_owned(const BucketPlan& plan, int rank, const float* full, float* owned) {
+  for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b) {
+    auto r = plan.owned_layout_range(b, rank);
+    float* dst = owned + plan.owned_offset(b);
+    std::copy(full + r.first, full + r.second, dst);
+    std::fill(dst + (r.second - r.first), dst + plan.buckets[b].shard, 0.0f);
+  }
+}
+
+std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts) {
+  switch (opts.kind) {
+    case StrategyKind::ddp: return std::make_unique<DDPStrategy>(model, comm, opts);
+    case StrategyKind::zero1: return std::make_unique<Zero1Strategy>(model, comm, opts);
+    case StrategyKind::zero2: return std::make_unique<Zero2Strategy>(model, comm, opts);
+  }
+  RZ_FAIL("make_strategy: unknown strategy %d", static_cast<int>(opts.kind));
+}
+
+}  // namespace rz

@@ -1,0 +1,86 @@
+// zero/strategy_core.h: what ddp, zero1 and zero2 share.
+//
+// StrategyCore is both the Strategy the trainer drives and the GradSink backward writes
+// into. It builds the bucket plan, follows grads_ready to know when a bucket is complete
+// (ranges arrive in layout order, so one cursor suffices) and hands each complete bucket
+// to the subclass's submit_bucket() -- on the last micro-step only, unless the subclass
+// communicates on every micro-step (zero2). It also keeps the per-step communication
+// accounting: bytes and seconds from the communicator's counters, and the "exposed" time
+// the compute thread spent blocked on gradient collectives, from which the overlapped
+// fraction follows: overlapped = 1 - exposed / (time the gradient collectives ran).
+//
+// Legend: N ranks, P = layout.total parameters, S_b = shard of bucket b (padded_b / N).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "zero/buckets.h"
+#include "zero/strategy.h"
+
+namespace rz {
+
+class StrategyCore : public Strategy, public GradSink {
+ public:
+  StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+
+  GradSink& begin_micro_step(int micro, int accum) override;
+  void end_micro_step() override;
+  void grads_ready(size_t begin, size_t end) override;
+  uint64_t optimizer_step() const override { return t_; }
+
+  const BucketPlan& plan() const { return plan_; }
+
+ protected:
+  // Called when bucket b's gradients are final for this backward (and communication is due).
+  virtual void submit_bucket(int b) = 0;
+  // Called at micro-step 0, before backward: start a new accumulation window.
+  virtual void begin_window() = 0;
+  // Called at every micro-step, after begin_window() on micro-step 0.
+  virtual void begin_micro() {}
+  // zero2 reduce-scatters on every micro-step; ddp and zero1 only on the last one.
+  virtual bool communicates_every_micro_step() const { return false; }
+
+  // Waits on every pending gradient collective; the blocked time counts as exposed.
+  void wait_grad_work();
+  // Fills comm bytes/seconds/overlap for the window that ends now.
+  StepStats finish_stats(double grad_norm);
+
+  // One AdamW update (t_ already incremented) of n consecutive parameters:
+  // master (n, fp32; null in fp32 mode, where param is the master), param (n, model
+  // precision), grad (n, grad_dtype), m, v (n, fp32).
+  void adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m, float* v,
+             size_t n, bool decay, float lr, float grad_scale) const;
+
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  GPT2& model_;
+  Communicator& comm_;
+  StrategyOptions opts_;
+  const ParamLayout& layout_;
+  Precision precision_;
+  DType grad_dtype_;  // gradients in the model's precision
+  size_t grad_bytes_;  // bytes per gradient element
+  int nranks_, rank_;
+  BucketPlan plan_;
+
+  int micro_ = 0, accum_ = 1;
+  size_t ready_upto_ = 0;   // grads_ready has covered [0, ready_upto_) in this backward
+  int next_bucket_ = 0;     // first bucket not yet complete in this backward
+  uint64_t t_ = 0;
+  std::vector<WorkHandle> grad_work_;
+  double exposed_s_ = 0.0;  // compute thread blocked on gradient collectives, this window
+  CommStats window_start_stats_;
+};
+
+// Copies out / in the parts of an owned-shard array (concatenated S_b per bucket) that
+// lie inside the layout (the padding is skipped), in owned_ranges() order.
+void owned_to_ranges(const BucketPlan& plan, int rank, const float* owned, std::vector<float>& out);
+void ranges_to_owned(const BucketPlan& plan, int rank, const float* full, float* owned);
+std::vector<std::pair<size_t, size_t>> owned_layout_ranges(const BucketPlan& plan, int rank);
+
+}  // namespace rz

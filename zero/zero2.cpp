@@ -1,0 +1,139 @@
+#include "zero/zero2.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/bf16.h"
+#include "base/check.h"
+#include "zero/memory_formula.h"
+
+namespace rz {
+
+int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested) {
+  if (plan.buckets.size() <= 1) return 0;
+  return std::max(requested, min_buckets_in_flight(layout, plan));
+}
+
+Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+    : ShardedStrategy(model, comm, opts) {
+  pool_size_ = zero2_pool_size(layout_, plan_, opts.buckets_in_flight);
+  const size_t n = static_cast<size_t>(nranks_);
+  size_t max_other = 0;
+  for (size_t b = 0; b + 1 < plan_.buckets.size(); ++b)
+    max_other = std::max(max_other, plan_.buckets[b].padded);
+  const Bucket& last = plan_.buckets.back();
+  staging_.resize(pool_size_ + 1);
+  for (int s = 0; s < pool_size_; ++s)
+    staging_[s].allocate(MemTag::comm, (max_other + max_other / n) * grad_bytes_);
+  staging_[pool_size_].allocate(MemTag::comm, (last.padded + last.padded / n) * grad_bytes_);
+  RZ_ENFORCE_EQ(staging_bytes(), zero2_staging_elems(plan_, pool_size_) * grad_bytes_);
+  busy_.assign(pool_size_ + 1, false);
+  sent_.assign(pool_size_ + 1, false);
+  for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
+  slot_of_.assign(plan_.buckets.size(), -1);
+  owned_grads_.allocate(MemTag::grads, plan_.owned_numel());
+}
+
+size_t Zero2Strategy::staging_bytes() const {
+  size_t total = 0;
+  for (const auto& s : staging_) total += s.bytes();
+  return total;
+}
+
+void Zero2Strategy::begin_micro() { std::fill(slot_of_.begin(), slot_of_.end(), -1); }
+
+int Zero2Strategy::acquire_slot(int b) {
+  const bool reserved = b == static_cast<int>(plan_.buckets.size()) - 1;
+  auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  auto available = [&] { return reserved ? !busy_[pool_size_] : !free_.empty(); };
+  while (!available()) {
+    // Waiting only makes sense for buffers whose reduce-scatter is queued: the comm
+    // thread will release them. Otherwise every buffer belongs to a bucket that backward
+    // has not finished yet, and waiting would never end.
+    bool any_sent = reserved ? static_cast<bool>(sent_[pool_size_])
+                             : std::any_of(sent_.begin(), sent_.begin() + pool_size_,
+                                           [](bool s) { return s; });
+    RZ_CHECK(any_sent,
+             "zero2: all %d staging buckets hold unfinished gradients when bucket %d needs one; "
+             "raise --buckets-in-flight",
+             pool_size_, b);
+    released_.wait_for(lock, std::chrono::milliseconds(20));
+    if (available()) break;
+    // A failed collective never releases its buffer: surface its error instead of waiting.
+    lock.unlock();
+    for (auto& w : grad_work_)
+      if (w->done()) w->wait();
+    lock.lock();
+  }
+  int slot = pool_size_;
+  if (!reserved) {
+    slot = free_.back();
+    free_.pop_back();
+  }
+  busy_[slot] = true;
+  sent_[slot] = false;
+  lock.unlock();
+  exposed_s_ += seconds_since(t0);
+  std::memset(slot_data(slot), 0, plan_.buckets[b].padded * grad_bytes_);
+  return slot;
+}
+
+void* Zero2Strategy::grad_ptr(size_t offset, size_t count) {
+  RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",
+           offset, count, plan_.total);
+  const int b = plan_.bucket_of(offset);
+  const Bucket& bk = plan_.buckets[b];
+  RZ_CHECK(offset + count <= bk.end, "grad_ptr: range [%zu, +%zu) crosses bucket %d's end %zu",
+           offset, count, b, bk.end);
+  RZ_CHECK(slot_of_[b] != -2, "grad_ptr: bucket %d was already reported ready in this backward", b);
+  if (slot_of_[b] < 0) slot_of_[b] = acquire_slot(b);
+  return slot_data(slot_of_[b]) + (offset - bk.begin) * grad_bytes_;
+}
+
+void Zero2Strategy::submit_bucket(int b) {
+  if (slot_of_[b] < 0) slot_of_[b] = acquire_slot(b);  // no gradient written: send zeros
+  const int slot = slot_of_[b];
+  slot_of_[b] = -2;
+  const Bucket& bk = plan_.buckets[b];
+  unsigned char* in = slot_data(slot);
+  unsigned char* shard = in + bk.padded * grad_bytes_;
+  float* owned = owned_grads_.data() + plan_.owned_offset(b);
+  const bool first = micro_ == 0;
+  const DType dt = grad_dtype_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_[slot] = true;
+  }
+  // Runs on the comm thread once the shard is reduced: fold it into the fp32 owned
+  // gradient (copy on the first micro-step, so a single micro-step is bit-exact), then
+  // give the buffer back.
+  OnDone done = [this, slot, shard, owned, n = bk.shard, first, dt] {
+    if (dt == DType::f32) {
+      const float* s = reinterpret_cast<const float*>(shard);
+      if (first)
+        std::memcpy(owned, s, n * sizeof(float));
+      else
+        for (size_t i = 0; i < n; ++i) owned[i] += s[i];
+    } else {
+      const bf16* s = reinterpret_cast<const bf16*>(shard);
+      for (size_t i = 0; i < n; ++i) owned[i] = (first ? 0.0f : owned[i]) + bf16_to_float(s[i]);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[slot] = false;
+    sent_[slot] = false;
+    if (slot < pool_size_) free_.push_back(slot);
+    released_.notify_all();
+  };
+  grad_work_.push_back(comm_.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
+}
+
+StepStats Zero2Strategy::step(float lr) {
+  RZ_CHECK(micro_ == accum_ - 1 && ready_upto_ == plan_.total,
+           "step: called before the last micro-step's backward finished");
+  wait_grad_work();
+  return step_owned(owned_grads_.data(), DType::f32, lr);
+}
+
+}  // namespace rz

@@ -1,0 +1,64 @@
+// zero/zero2.h: ZeRO stage 2 -- gradients and optimizer states sharded.
+//
+// There is no full gradient buffer. Backward writes into staging buffers (MemTag::comm):
+//   general pool  K = --buckets-in-flight buffers, each the size of the largest bucket
+//                 other than the last (padded) plus room for its reduce-scattered shard;
+//   reserved      one buffer for the last bucket, the one holding wte. wte is tied: the
+//                 classifier writes its gradient at the very start of backward and the
+//                 token embedding finishes it at the very end, so that bucket is staged
+//                 for the whole backward. Giving it its own buffer keeps the general pool
+//                 free for the layers (with one shared pool of K, K = 1 would deadlock).
+// grad_ptr() gives a bucket a zeroed buffer on its first use; when grads_ready completes
+// the bucket it is reduce_scatter_async(avg)'d on the comm thread, and the OnDone callback
+// (still on the comm thread) copies (first micro-step) or adds (later ones) the shard into
+// the fp32 owned gradient (MemTag::grads) and returns the buffer to the pool. A grad_ptr
+// that finds the pool empty waits for a release (that time is "exposed" communication);
+// K is raised to the number of buckets one layer spans when it is smaller, since those
+// are all written before any of them is ready. step() waits for the last shard, then
+// runs the shared sharded optimizer (zero/sharded.h).
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "zero/sharded.h"
+
+namespace rz {
+
+// The general pool size zero2 uses for a plan: max(requested, buckets one layer spans),
+// or 0 when the whole model is one bucket (the reserved buffer then holds it).
+int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested);
+
+class Zero2Strategy final : public ShardedStrategy {
+ public:
+  Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+
+  StrategyKind kind() const override { return StrategyKind::zero2; }
+  void* grad_ptr(size_t offset, size_t count) override;
+  StepStats step(float lr) override;
+
+  int pool_size() const { return pool_size_; }
+  size_t staging_bytes() const;  // all staging buffers, general and reserved
+
+ private:
+  void begin_window() override {}
+  void begin_micro() override;
+  void submit_bucket(int b) override;
+  bool communicates_every_micro_step() const override { return true; }
+  int acquire_slot(int b);  // blocks until a buffer is free; returns its index
+  unsigned char* slot_data(int slot) { return staging_[slot].data(); }
+
+  int pool_size_ = 0;                         // general buffers; index pool_size_ is the reserved one
+  std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) x (bucket + shard) model precision
+  std::vector<int> slot_of_;                  // per bucket in this backward: slot, -1 none, -2 sent
+  Buffer<float> owned_grads_;                 // (owned_numel) fp32, MemTag::grads
+
+  std::mutex mu_;                 // guards free_, busy_ (the comm thread releases)
+  std::condition_variable released_;
+  std::vector<int> free_;         // free general slots
+  std::vector<bool> busy_;        // per slot: handed out and not yet released
+  std::vector<bool> sent_;        // per slot: its reduce-scatter is queued (it will be released)
+};
+
+}  // namespace rz
