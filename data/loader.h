@@ -5,8 +5,10 @@
 // (never crossing a shard's end). An epoch is a permutation of all windows, a
 // deterministic function of (seed, epoch); rank r of N takes windows r, r+N, r+2N, ... of
 // that permutation, B at a time, so ranks never share a window and together visit each
-// window once per epoch. The validation loader reads its shards' windows in file order
-// without shuffling.
+// window at most once per epoch: every rank takes the same floor(W/N) share and moves to the
+// next epoch when fewer than B windows of it remain, so exactly once when N*B divides the
+// window count W. The validation loader (shuffle = false) reads its shards' windows in file
+// order.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,10 @@ class DataLoader {
   LoaderState state() const;
   void restore(const LoaderState& s);
   void reset();  // back to epoch 0, window 0 (the validation loader does this per eval)
+
+  // Every token served must be < vocab_size (the tokenizer's); next_batch throws rz::Error
+  // naming the shard otherwise. Default 65536 (any uint16).
+  void set_vocab_bound(int vocab_size);
 
   uint64_t num_windows() const;     // windows in one epoch across all ranks
   uint64_t batches_per_epoch() const;  // full (B, T) batches per rank per epoch

@@ -19,6 +19,16 @@ class Tokenizer {
   virtual std::string decode_token(int token) const = 0;
   virtual int vocab_size() const = 0;
   virtual int eot() const = 0;
+
+  // Streaming encode (added for `prepare`): text is a prefix of a longer document. Appends
+  // the tokens of the longest prefix of text whose encoding cannot change with the bytes that
+  // follow and returns its length in bytes; with final = true text is the document's rest and
+  // all of it is encoded. The default suits tokenizers without context (byte).
+  virtual size_t encode_stream(std::string_view text, bool final, std::vector<int>* out) const {
+    std::vector<int> t = encode(text);
+    out->insert(out->end(), t.begin(), t.end());
+    return text.size();
+  }
 };
 
 // byte: the 256 byte values plus an end-of-text token 256 (vocab 257).

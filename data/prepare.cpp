@@ -1,0 +1,346 @@
+// data/prepare.cpp: text files -> llm.c token shards.
+//
+// Each input file (or, with split_fortunes, each fortune: the text between lines that are
+// exactly "%") is a document. A document starts with the EOT token and goes whole to val or
+// to train by one seeded draw (Xoshiro256(seed, 0): uniform() < val_fraction), so the split
+// is reproducible and follows document boundaries. Documents keep input order within a split.
+//
+// Streaming: files are read in 1 MiB chunks and fed to Tokenizer::encode_stream, which
+// encodes the longest prefix that later bytes cannot change (for gpt2: up to the last
+// settled pre-token boundary) and leaves the rest in a carry buffer. A carry that grows past
+// kMaxCarry (a single "word" over 1 MiB, which real text never has) is encoded as if the
+// document ended there, cut at a UTF-8 boundary: memory stays bounded on any input.
+// Tokens go to ShardWriter, which starts a new file every shard_tokens tokens.
+#include "data/prepare.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "data/rng.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "data/unicode.h"
+
+namespace rz {
+
+namespace {
+
+constexpr size_t kChunkBytes = 1u << 20;
+constexpr size_t kMaxCarry = 1u << 20;
+
+bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::char_traits<char>::length(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// One split's sequence of shard files: <dir>/<split>_000000.bin, _000001.bin, ...
+class SplitWriter {
+ public:
+  SplitWriter(std::string dir, std::string split, uint64_t shard_tokens)
+      : dir_(std::move(dir)), split_(std::move(split)), shard_tokens_(shard_tokens) {}
+
+  void append(const int* tokens, size_t n) {
+    while (n > 0) {
+      if (!cur_) {
+        names_.push_back(strfmt("%s_%06zu.bin", split_.c_str(), names_.size()));
+        cur_ = std::make_unique<ShardWriter>(dir_ + "/" + names_.back());
+      }
+      size_t take = static_cast<size_t>(std::min<uint64_t>(n, shard_tokens_ - cur_->count()));
+      cur_->append(tokens, take);
+      tokens += take;
+      n -= take;
+      total_ += take;
+      if (cur_->count() == shard_tokens_) finish_shard();
+    }
+  }
+  void finish() {
+    if (cur_) finish_shard();
+  }
+  uint64_t total() const { return total_; }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  void finish_shard() {
+    cur_->finish();
+    cur_.reset();
+  }
+  std::string dir_, split_;
+  uint64_t shard_tokens_;
+  std::unique_ptr<ShardWriter> cur_;
+  std::vector<std::string> names_;
+  uint64_t total_ = 0;
+};
+
+// Feeds one document at a time through the tokenizer into its split's writer.
+class DocumentEncoder {
+ public:
+  DocumentEncoder(const Tokenizer& tok, SplitWriter* train, SplitWriter* val, double val_fraction,
+                  uint64_t seed, PrepareStats* stats)
+      : tok_(tok), train_(train), val_(val), val_fraction_(val_fraction), rng_(seed, 0), stats_(stats) {}
+
+  void feed(const char* p, size_t n) {
+    if (n == 0) return;
+    if (!out_) begin();
+    carry_.append(p, n);
+    encode(false);
+  }
+  // count_empty: whether an empty document counts as skipped (not at a fortune file's end).
+  void end(bool count_empty = true) {
+    if (!out_) {
+      if (count_empty) stats_->empty_docs++;
+      return;
+    }
+    encode(true);
+    out_ = nullptr;
+  }
+
+ private:
+  void begin() {
+    bool to_val = val_fraction_ > 0 && rng_.uniform() < val_fraction_;
+    out_ = to_val ? val_ : train_;
+    (to_val ? stats_->val_docs : stats_->train_docs)++;
+    int eot = tok_.eot();
+    out_->append(&eot, 1);
+  }
+  void encode(bool final) {
+    tokens_.clear();
+    size_t done = tok_.encode_stream(carry_, final, &tokens_);
+    if (!final && carry_.size() - done > kMaxCarry) {
+      const auto* s = reinterpret_cast<const unsigned char*>(carry_.data());
+      size_t cut = carry_.size() - unicode::incomplete_utf8_tail(s, carry_.size());
+      done += tok_.encode_stream(std::string_view(carry_).substr(done, cut - done), true, &tokens_);
+    }
+    carry_.erase(0, done);
+    out_->append(tokens_.data(), tokens_.size());
+  }
+
+  const Tokenizer& tok_;
+  SplitWriter *train_, *val_, *out_ = nullptr;
+  double val_fraction_;
+  Xoshiro256 rng_;
+  PrepareStats* stats_;
+  std::string carry_;
+  std::vector<int> tokens_;
+};
+
+// Progress on stderr: redrawn in place on a terminal, a line every 64 MB otherwise.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on), tty_(on && ::isatty(2)) {}
+  void update(uint64_t bytes, uint64_t tokens, bool last = false) {
+    if (!on_) return;
+    double t = seconds();
+    bool due = tty_ ? (t - last_t_ >= 0.5) : (bytes - last_bytes_ >= (64ull << 20));
+    if (!due && !(last && printed_)) return;
+    last_t_ = t;
+    last_bytes_ = bytes;
+    printed_ = true;
+    std::fprintf(stderr, "%sprepare: %.1f MB read, %llu tokens, %.1f MB/s%s", tty_ ? "\r" : "",
+                 bytes / 1e6, static_cast<unsigned long long>(tokens), bytes / 1e6 / std::max(t, 1e-9),
+                 tty_ && !last ? "" : "\n");
+  }
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  bool on_, tty_;
+  bool printed_ = false;
+  double last_t_ = 0;
+  uint64_t last_bytes_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+void make_dirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); i++) {
+    if (i == dir.size() || dir[i] == '/') {
+      std::string d = dir.substr(0, i);
+      if (::mkdir(d.c_str(), 0755) < 0 && errno != EEXIST)
+        RZ_FAIL("--out %s: cannot create %s: %s", dir.c_str(), d.c_str(), errno_string().c_str());
+    }
+  }
+  struct stat st;
+  RZ_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "--out %s: not a directory", dir.c_str());
+}
+
+// Removes {train,val}_NNNNNN.bin left in dir by an earlier, larger run.
+void remove_stale_shards(const std::string& dir, const std::set<std::string>& keep) {
+  for (const char* split : {"train", "val"}) {
+    glob_t g;
+    std::string pat = dir + "/" + split + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin";
+    if (::glob(pat.c_str(), 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; i++) {
+        std::string path = g.gl_pathv[i];
+        std::string name = path.substr(path.rfind('/') + 1);
+        if (!keep.count(name)) ::unlink(path.c_str());
+      }
+    }
+    ::globfree(&g);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool split_fortunes) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;  // canonical paths: a .u8 symlink to a file already listed is skipped
+  auto add_file = [&](const std::string& path) {
+    if (split_fortunes && ends_with(path, ".dat")) return;  // strfile's index, not text
+    char* real = ::realpath(path.c_str(), nullptr);
+    RZ_CHECK(real != nullptr, "--input %s: %s", path.c_str(), errno_string().c_str());
+    std::string canon(real);
+    std::free(real);
+    if (seen.insert(canon).second) out.push_back(path);
+  };
+  for (const std::string& in : inputs) {
+    struct stat st;
+    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      DIR* d = ::opendir(in.c_str());
+      RZ_CHECK(d != nullptr, "--input %s: cannot list directory: %s", in.c_str(), errno_string().c_str());
+      std::vector<std::string> names;
+      while (dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name.empty() || name[0] == '.') continue;
+        std::string path = in + (in.back() == '/' ? "" : "/") + name;
+        struct stat fst;
+        if (::stat(path.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) names.push_back(path);
+      }
+      ::closedir(d);
+      std::sort(names.begin(), names.end());
+      RZ_CHECK(!names.empty(), "--input %s: directory has no regular files", in.c_str());
+      for (const auto& p : names) add_file(p);
+    } else if (in.find_first_of("*?[") != std::string::npos) {
+      glob_t g;
+      int rc = ::glob(in.c_str(), 0, nullptr, &g);
+      std::vector<std::string> names;
+      if (rc == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) names.emplace_back(g.gl_pathv[i]);
+      ::globfree(&g);
+      RZ_CHECK(!names.empty(), "--input %s: the pattern matches no files", in.c_str());
+      for (const auto& p : names) {
+        struct stat fst;
+        if (::stat(p.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) add_file(p);
+      }
+    } else {
+      RZ_CHECK(::stat(in.c_str(), &st) == 0, "--input %s: no such file or directory", in.c_str());
+      RZ_CHECK(S_ISREG(st.st_mode), "--input %s: not a regular file or directory", in.c_str());
+      add_file(in);
+    }
+  }
+  RZ_CHECK(!out.empty(), "--input: no input files");
+  return out;
+}
+
+PrepareStats prepare_dataset(const PrepareOptions& opt) {
+  RZ_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction %g: expected 0 <= F < 1",
+           opt.val_fraction);
+  RZ_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= 0x7FFFFFFFu,
+           "--shard-tokens %llu: expected 1 .. 2147483647 (the shard header's count is an int32)",
+           static_cast<unsigned long long>(opt.shard_tokens));
+  RZ_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2", "--tokenizer %s: expected byte or gpt2",
+           opt.tokenizer.c_str());
+  RZ_CHECK(!opt.out_dir.empty(), "--out: an output directory is required");
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.gpt2_dir);
+  RZ_CHECK(tok->vocab_size() <= 65536, "--tokenizer %s: vocab %d does not fit the shards' uint16 ids",
+           opt.tokenizer.c_str(), tok->vocab_size());
+
+  PrepareStats stats;
+  stats.sources = expand_inputs(opt.inputs, opt.split_fortunes);
+  make_dirs(opt.out_dir);
+
+  SplitWriter train(opt.out_dir, "train", opt.shard_tokens), val(opt.out_dir, "val", opt.shard_tokens);
+  DocumentEncoder docs(*tok, &train, &val, opt.val_fraction, opt.seed, &stats);
+  Progress progress(opt.progress);
+  std::vector<char> buf(kChunkBytes);
+  std::string line;  // split_fortunes: the current, unfinished line
+  for (const std::string& path : stats.sources) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    RZ_SYSCHECK(fd, "--input %s: cannot open", path.c_str());
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    line.clear();
+    // A fortune ends at a line that is exactly "%"; lines are fed to the document as they end.
+    auto on_line = [&](std::string_view l) {
+      if (l == "%\n" || l == "%" || l == "%\r\n") docs.end();
+      else docs.feed(l.data(), l.size());
+    };
+    for (;;) {
+      ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      RZ_SYSCHECK(n, "--input %s: read failed", path.c_str());
+      if (n == 0) break;
+      stats.bytes += static_cast<uint64_t>(n);
+      if (!opt.split_fortunes) {
+        docs.feed(buf.data(), static_cast<size_t>(n));
+      } else {
+        std::string_view chunk(buf.data(), static_cast<size_t>(n));
+        size_t start = 0;
+        for (size_t nl; (nl = chunk.find('\n', start)) != std::string_view::npos; start = nl + 1) {
+          if (line.empty()) {
+            on_line(chunk.substr(start, nl + 1 - start));
+          } else {
+            line.append(chunk.substr(start, nl + 1 - start));
+            on_line(line);
+            line.clear();
+          }
+        }
+        line.append(chunk.substr(start));
+        if (line.size() > kChunkBytes) {  // a very long line: pass it on, it cannot be "%"
+          docs.feed(line.data(), line.size());
+          line.clear();
+        }
+      }
+      progress.update(stats.bytes, train.total() + val.total());
+    }
+    if (!line.empty()) on_line(line);
+    docs.end(!opt.split_fortunes);
+  }
+  train.finish();
+  val.finish();
+  stats.train_tokens = train.total();
+  stats.val_tokens = val.total();
+  stats.train_shards = train.names();
+  stats.val_shards = val.names();
+  progress.update(stats.bytes, stats.train_tokens + stats.val_tokens, true);
+
+  write_llmc_tokenizer(*tok, opt.out_dir + "/tokenizer.bin");
+  nlohmann::json meta = {
+      {"tokenizer", tok->name()},
+      {"vocab_size", tok->vocab_size()},
+      {"eot", tok->eot()},
+      {"train_tokens", stats.train_tokens},
+      {"val_tokens", stats.val_tokens},
+      {"train_shards", stats.train_shards},
+      {"val_shards", stats.val_shards},
+      {"documents", {{"train", stats.train_docs}, {"val", stats.val_docs}, {"empty_skipped", stats.empty_docs}}},
+      {"bytes", stats.bytes},
+      {"sources", stats.sources},
+      {"val_fraction", opt.val_fraction},
+      {"seed", opt.seed},
+      {"shard_tokens", opt.shard_tokens},
+      {"split_fortunes", opt.split_fortunes},
+      {"format", "llm.c token shards: 256 x int32 header (20240520, 1, count), uint16 tokens"},
+  };
+  write_file_atomic(opt.out_dir + "/meta.json", meta.dump(2) + "\n");
+  std::set<std::string> keep(stats.train_shards.begin(), stats.train_shards.end());
+  keep.insert(stats.val_shards.begin(), stats.val_shards.end());
+  remove_stale_shards(opt.out_dir, keep);
+  stats.seconds = progress.seconds();
+  return stats;
+}
+
+}  // namespace rz

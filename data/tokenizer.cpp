@@ -1,0 +1,151 @@
+// data/tokenizer.cpp: the byte tokenizer, llm.c's tokenizer.bin, and make_tokenizer().
+//
+// tokenizer.bin (llm.c, train_gpt2.py write_tokenizer): a header of 256 int32 little-endian
+// (magic 20240328, version, vocab size, EOT id; version 1 has no EOT field and means GPT-2's
+// 50256), then every token in id order as one length byte (1..255) and that many bytes.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "base/check.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace rz {
+
+namespace {
+
+constexpr int kTokenizerMagic = 20240328;
+const char kEotText[] = "<|endoftext|>";
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "byte"; }
+  int vocab_size() const override { return 257; }
+  int eot() const override { return 256; }
+  std::vector<int> encode(std::string_view text) const override {
+    std::vector<int> out(text.size());
+    for (size_t i = 0; i < text.size(); i++) out[i] = static_cast<unsigned char>(text[i]);
+    return out;
+  }
+  std::string decode(const std::vector<int>& tokens) const override {
+    std::string out;
+    out.reserve(tokens.size());
+    for (int t : tokens) {
+      if (t >= 0 && t < 256) out.push_back(static_cast<char>(t));
+      else out += decode_token(t);
+    }
+    return out;
+  }
+  std::string decode_token(int token) const override {
+    RZ_CHECK(token >= 0 && token < 257, "token id %d outside [0, 257) of the byte tokenizer", token);
+    if (token == 256) return kEotText;
+    return std::string(1, static_cast<char>(token));
+  }
+};
+
+class LlmcTokenizer final : public Tokenizer {
+ public:
+  explicit LlmcTokenizer(const std::string& path) : path_(path) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    RZ_CHECK(f != nullptr, "%s: cannot open (expected an llm.c tokenizer.bin)", path.c_str());
+    struct Closer {
+      FILE* f;
+      ~Closer() { std::fclose(f); }
+    } closer{f};
+    int32_t header[256];
+    RZ_CHECK(std::fread(header, sizeof(int32_t), 256, f) == 256,
+             "%s: shorter than the 1024-byte tokenizer.bin header", path.c_str());
+    RZ_CHECK(header[0] == kTokenizerMagic, "%s: bad magic %d (expected %d: an llm.c tokenizer.bin)",
+             path.c_str(), header[0], kTokenizerMagic);
+    int version = header[1];
+    RZ_CHECK(version == 1 || version == 2, "%s: version %d (expected 1 or 2)", path.c_str(), version);
+    int vocab = header[2];
+    RZ_CHECK(vocab > 0 && vocab <= 65536, "%s: vocab size %d (expected 1..65536)", path.c_str(), vocab);
+    if (version == 1) {
+      RZ_CHECK(vocab == 50257, "%s: version 1 is GPT-2's 50257 tokens only, found %d", path.c_str(), vocab);
+      eot_ = 50256;
+    } else {
+      eot_ = header[3];
+      RZ_CHECK(eot_ >= 0 && eot_ < vocab, "%s: EOT id %d outside [0, %d)", path.c_str(), eot_, vocab);
+    }
+    tokens_.resize(vocab);
+    for (int i = 0; i < vocab; i++) {
+      unsigned char len;
+      RZ_CHECK(std::fread(&len, 1, 1, f) == 1, "%s: ends at token %d of %d", path.c_str(), i, vocab);
+      RZ_CHECK(len > 0, "%s: token %d has length 0", path.c_str(), i);
+      tokens_[i].resize(len);
+      RZ_CHECK(std::fread(tokens_[i].data(), 1, len, f) == len, "%s: ends inside token %d of %d",
+               path.c_str(), i, vocab);
+    }
+  }
+  std::string name() const override { return "llmc"; }
+  int vocab_size() const override { return static_cast<int>(tokens_.size()); }
+  int eot() const override { return eot_; }
+  std::vector<int> encode(std::string_view) const override {
+    RZ_FAIL("%s: an llm.c tokenizer.bin can only decode; encode with --tokenizer byte or gpt2",
+            path_.c_str());
+  }
+  std::string decode(const std::vector<int>& tokens) const override {
+    std::string out;
+    for (int t : tokens) out += decode_token(t);
+    return out;
+  }
+  std::string decode_token(int token) const override {
+    RZ_CHECK(token >= 0 && token < vocab_size(), "token id %d outside [0, %d) of %s", token,
+             vocab_size(), path_.c_str());
+    return tokens_[token];
+  }
+
+ private:
+  std::string path_;
+  std::vector<std::string> tokens_;
+  int eot_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> load_llmc_tokenizer(const std::string& path) {
+  return std::make_unique<LlmcTokenizer>(path);
+}
+
+void write_llmc_tokenizer(const Tokenizer& tok, const std::string& path) {
+  int vocab = tok.vocab_size();
+  std::string body;
+  for (int i = 0; i < vocab; i++) {
+    std::string t = tok.decode_token(i);
+    RZ_CHECK(!t.empty() && t.size() <= 255,
+             "%s: token %d is %zu bytes; tokenizer.bin stores 1..255 bytes per token", path.c_str(), i,
+             t.size());
+    body.push_back(static_cast<char>(t.size()));
+    body += t;
+  }
+  int32_t header[256] = {};
+  header[0] = kTokenizerMagic;
+  header[1] = 2;
+  header[2] = vocab;
+  header[3] = tok.eot();
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof(header));
+  bytes += body;
+  write_file_atomic(path, bytes);
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& gpt2_dir) {
+  if (spec == "byte") return make_byte_tokenizer();
+  if (spec == "gpt2") {
+    RZ_CHECK(!gpt2_dir.empty(),
+             "tokenizer gpt2 needs the directory holding encoder.json and vocab.bpe (--gpt2-dir)");
+    return make_gpt2_tokenizer(gpt2_dir);
+  }
+  struct stat st;
+  RZ_CHECK(stat(spec.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+           "tokenizer '%s': expected byte, gpt2 or the path of an llm.c tokenizer.bin (no such file)",
+           spec.c_str());
+  return load_llmc_tokenizer(spec);
+}
+
+}  // namespace rz
