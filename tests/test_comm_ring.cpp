@@ -22,68 +22,10 @@ CommOptions tiny_segments() {
   return o;
 }
 
-// Checks one collective kind for all counts on N thread ranks; returns failures as text.
+// Every collective for every count on N thread ranks.
 void check_all(int N, DType dt) {
   auto comms = make_thread_communicators(N, tiny_segments());
-  auto errors = run_ranks(N, [&](int r) {
-    Communicator& c = *comms[r];
-    for (size_t count : test_counts(N)) {
-      ShardRange mine = shard_of(count, N, r);
-      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
-        // AllReduce, in place.
-        Tensor buf(dt, count);
-        for (size_t i = 0; i < count; ++i) buf.set(i, value_of(r, i));
-        c.reset_stats();
-        c.all_reduce(buf.data(), count, dt, op);
-        for (size_t i = 0; i < count; ++i)
-          if (buf.get(i) != expected_reduce(N, i, op, dt))
-            throw Error(strfmt("all_reduce N=%d count=%zu %s %s: element %zu is %g, expected %g", N, count,
-                               dtype_name(dt), reduce_op_name(op), i, buf.get(i), expected_reduce(N, i, op, dt)));
-        uint64_t want = rs_bytes_sent(count, N, r, dt) + ag_bytes_sent(count, N, r, dt);
-        if (c.stats().by_kind[int(CollectiveKind::all_reduce)].bytes_sent != want)
-          throw Error(strfmt("all_reduce N=%d count=%zu: sent %llu bytes, expected %llu", N, count,
-                             (unsigned long long)c.stats().by_kind[int(CollectiveKind::all_reduce)].bytes_sent,
-                             (unsigned long long)want));
-        // ReduceScatter must give bitwise the same shard as AllReduce.
-        Tensor in(dt, count), out(dt, mine.count);
-        for (size_t i = 0; i < count; ++i) in.set(i, value_of(r, i));
-        c.reduce_scatter(in.data(), out.data(), count, dt, op);
-        for (size_t i = 0; i < mine.count; ++i)
-          if (std::memcmp(&out.bytes[i * dtype_size(dt)], &buf.bytes[(mine.offset + i) * dtype_size(dt)],
-                          dtype_size(dt)) != 0)
-            throw Error(strfmt("reduce_scatter N=%d count=%zu %s: shard element %zu differs from all_reduce", N,
-                               count, reduce_op_name(op), i));
-        for (size_t i = 0; i < count; ++i)
-          if (in.get(i) != value_of(r, i)) throw Error("reduce_scatter modified its input");
-        if (c.stats().by_kind[int(CollectiveKind::reduce_scatter)].bytes_sent != rs_bytes_sent(count, N, r, dt))
-          throw Error(strfmt("reduce_scatter N=%d count=%zu: wrong byte count", N, count));
-      }
-      // AllGather, out of place and in place.
-      Tensor shard(dt, mine.count), out(dt, count), inplace(dt, count);
-      for (size_t i = 0; i < mine.count; ++i) {
-        shard.set(i, gather_value(mine.offset + i));
-        inplace.set(mine.offset + i, gather_value(mine.offset + i));
-      }
-      c.all_gather(shard.data(), out.data(), count, dt);
-      c.all_gather(&inplace.bytes[mine.offset * dtype_size(dt)], inplace.data(), count, dt);
-      for (size_t i = 0; i < count; ++i)
-        if (out.get(i) != gather_value(i) || inplace.get(i) != gather_value(i))
-          throw Error(strfmt("all_gather N=%d count=%zu: element %zu is %g / %g, expected %g", N, count, i,
-                             out.get(i), inplace.get(i), gather_value(i)));
-      if (c.stats().by_kind[int(CollectiveKind::all_gather)].bytes_sent != 2 * ag_bytes_sent(count, N, r, dt))
-        throw Error(strfmt("all_gather N=%d count=%zu: wrong byte count", N, count));
-      // Broadcast from every root.
-      for (int root = 0; root < N; ++root) {
-        Tensor b(dt, count);
-        for (size_t i = 0; i < count; ++i) b.set(i, r == root ? gather_value(i) + root : -1.0f);
-        c.broadcast(b.data(), count, dt, root);
-        for (size_t i = 0; i < count; ++i)
-          if (b.get(i) != gather_value(i) + root)
-            throw Error(strfmt("broadcast N=%d count=%zu root=%d: element %zu wrong", N, count, root, i));
-      }
-      c.barrier();
-    }
-  });
+  auto errors = run_ranks(N, [&](int r) { check_collectives(*comms[r], dt); });
   for (int r = 0; r < N; ++r) {
     INFO("rank " << r << ": " << errors[r]);
     CHECK(errors[r].empty());

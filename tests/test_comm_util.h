@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/bf16.h"
+#include "base/check.h"
 #include "comm/communicator.h"
 
 namespace rz::testing {
@@ -68,6 +69,69 @@ inline uint64_t ag_bytes_sent(size_t count, int N, int r, DType dt) {
 inline std::vector<size_t> test_counts(int N) {
   std::vector<size_t> c = {0, 1, static_cast<size_t>(N - 1), static_cast<size_t>(N + 1), 1001};
   return c;
+}
+
+
+// Runs every collective for every test count on one rank and throws rz::Error describing
+// the first wrong element or byte count. All ranks of c must call it together.
+inline void check_collectives(Communicator& c, DType dt) {
+  const int N = c.size(), r = c.rank();
+  for (size_t count : test_counts(N)) {
+    ShardRange mine = shard_of(count, N, r);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      // AllReduce, in place.
+      Tensor buf(dt, count);
+      for (size_t i = 0; i < count; ++i) buf.set(i, value_of(r, i));
+      c.reset_stats();
+      c.all_reduce(buf.data(), count, dt, op);
+      for (size_t i = 0; i < count; ++i)
+        if (buf.get(i) != expected_reduce(N, i, op, dt))
+          throw Error(strfmt("all_reduce N=%d count=%zu %s %s: element %zu is %g, expected %g", N, count,
+                             dtype_name(dt), reduce_op_name(op), i, buf.get(i), expected_reduce(N, i, op, dt)));
+      uint64_t want = rs_bytes_sent(count, N, r, dt) + ag_bytes_sent(count, N, r, dt);
+      if (c.stats().by_kind[int(CollectiveKind::all_reduce)].bytes_sent != want)
+        throw Error(strfmt("all_reduce N=%d count=%zu: sent %llu bytes, expected %llu", N, count,
+                           (unsigned long long)c.stats().by_kind[int(CollectiveKind::all_reduce)].bytes_sent,
+                           (unsigned long long)want));
+      // ReduceScatter must give bitwise the same shard as AllReduce.
+      Tensor in(dt, count), out(dt, mine.count);
+      for (size_t i = 0; i < count; ++i) in.set(i, value_of(r, i));
+      c.reduce_scatter(in.data(), out.data(), count, dt, op);
+      for (size_t i = 0; i < mine.count; ++i)
+        if (std::memcmp(&out.bytes[i * dtype_size(dt)], &buf.bytes[(mine.offset + i) * dtype_size(dt)],
+                        dtype_size(dt)) != 0)
+          throw Error(strfmt("reduce_scatter N=%d count=%zu %s: shard element %zu differs from all_reduce", N,
+                             count, reduce_op_name(op), i));
+      for (size_t i = 0; i < count; ++i)
+        if (in.get(i) != value_of(r, i)) throw Error("reduce_scatter modified its input");
+      if (c.stats().by_kind[int(CollectiveKind::reduce_scatter)].bytes_sent != rs_bytes_sent(count, N, r, dt))
+        throw Error(strfmt("reduce_scatter N=%d count=%zu: wrong byte count", N, count));
+    }
+    // AllGather, out of place and in place.
+    Tensor shard(dt, mine.count), out(dt, count), inplace(dt, count);
+    for (size_t i = 0; i < mine.count; ++i) {
+      shard.set(i, gather_value(mine.offset + i));
+      inplace.set(mine.offset + i, gather_value(mine.offset + i));
+    }
+    c.all_gather(shard.data(), out.data(), count, dt);
+    c.all_gather(&inplace.bytes[mine.offset * dtype_size(dt)], inplace.data(), count, dt);
+    for (size_t i = 0; i < count; ++i)
+      if (out.get(i) != gather_value(i) || inplace.get(i) != gather_value(i))
+        throw Error(strfmt("all_gather N=%d count=%zu: element %zu is %g / %g, expected %g", N, count, i,
+                           out.get(i), inplace.get(i), gather_value(i)));
+    if (c.stats().by_kind[int(CollectiveKind::all_gather)].bytes_sent != 2 * ag_bytes_sent(count, N, r, dt))
+      throw Error(strfmt("all_gather N=%d count=%zu: wrong byte count", N, count));
+    // Broadcast from every root.
+    for (int root = 0; root < N; ++root) {
+      Tensor b(dt, count);
+      for (size_t i = 0; i < count; ++i) b.set(i, r == root ? gather_value(i) + root : -1.0f);
+      c.broadcast(b.data(), count, dt, root);
+      for (size_t i = 0; i < count; ++i)
+        if (b.get(i) != gather_value(i) + root)
+          throw Error(strfmt("broadcast N=%d count=%zu root=%d: element %zu wrong", N, count, root, i));
+    }
+    c.barrier();
+  }
 }
 
 }  // namespace rz::testing
