@@ -18,7 +18,7 @@ void adamw_update(P* params, float* master, float* m, float* v, const G* grads, 
   RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
   const float c1 = 1.0f - std::pow(s.beta1, float(s.t));
   const float c2 = 1.0f - std::pow(s.beta2, float(s.t));
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < int64_t(n); ++i) {
     const float g = load(grads[i]) * s.grad_scale;
     const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;

@@ -21,7 +21,7 @@ void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
-#pragma omp parallel
+#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
     std::vector<A> row(T), acc(hs);
 #pragma omp for collapse(3) schedule(static)
@@ -67,7 +67,7 @@ void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int 
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
-#pragma omp parallel
+#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
     std::vector<A> datt(T), dq(hs);
 #pragma omp for collapse(2) schedule(static)

@@ -40,6 +40,10 @@ inline T store(acc_t<T> x) {
     return x;
 }
 
+// Loops with less work than this (elements) stay on one thread: a parallel region costs
+// microseconds, and far more when the cores are shared with other processes.
+constexpr size_t kParallelMin = 1 << 15;
+
 // Bulk conversions, OpenMP over n. out may not alias in.
 void bf16_to_f32(float* out, const bf16* in, size_t n);
 void f32_to_bf16(bf16* out, const float* in, size_t n);  // rounds to nearest even

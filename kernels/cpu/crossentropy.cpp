@@ -9,7 +9,7 @@ template <typename E>
 void crossentropy_forward(acc_t<E>* losses, acc_t<E>* lse, const E* logits, const int* targets,
                           int N, int V, int Vp) {
   using A = acc_t<E>;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const E* x = logits + size_t(n) * Vp;
     A maxv = -INFINITY;
@@ -26,7 +26,7 @@ template <typename E>
 void crossentropy_softmax_backward(E* logits_to_dlogits, const acc_t<E>* lse, const int* targets,
                                    acc_t<E> dloss, int N, int V, int Vp) {
   using A = acc_t<E>;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * V > kParallelMin)
   for (int n = 0; n < N; ++n) {
     E* x = logits_to_dlogits + size_t(n) * Vp;
     const A l = lse[n];

@@ -12,7 +12,7 @@ namespace rz {
 
 template <typename E>
 void encoder_forward(E* out, const int* inp, const E* wte, const E* wpe, int B, int T, int C) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (size_t(B) * T * C > kParallelMin)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       E* o = out + (size_t(b) * T + t) * C;
@@ -27,7 +27,7 @@ template <typename E>
 void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) {
   constexpr int kBlock = 32;
   const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(B) * T * C > kParallelMin)
   for (int blk = 0; blk < nblocks; ++blk) {
     const int c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
     for (int b = 0; b < B; ++b) {

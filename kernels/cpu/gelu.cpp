@@ -12,7 +12,7 @@ template <typename E>
 void gelu_forward(E* out, const E* inp, size_t N) {
   using A = acc_t<E>;
   const A k = std::sqrt(A(2) / A(M_PI));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > kParallelMin)
   for (int64_t i = 0; i < int64_t(N); ++i) {
     A x = load(inp[i]);
     out[i] = store<E>(A(0.5) * x * (A(1) + std::tanh(k * (x + A(0.044715) * x * x * x))));
@@ -23,7 +23,7 @@ template <typename E>
 void gelu_backward(E* dinp, const E* inp, const E* dout, size_t N) {
   using A = acc_t<E>;
   const A k = std::sqrt(A(2) / A(M_PI));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > kParallelMin)
   for (int64_t i = 0; i < int64_t(N); ++i) {
     A x = load(inp[i]);
     A th = std::tanh(k * (x + A(0.044715) * x * x * x));

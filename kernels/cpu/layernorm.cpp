@@ -16,7 +16,7 @@ template <typename E>
 void layernorm_forward(E* out, acc_t<E>* mean, acc_t<E>* rstd, const E* inp, const E* weight,
                        const E* bias, int N, int C) {
   using A = acc_t<E>;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const E* x = inp + size_t(n) * C;
     A m = 0;
@@ -40,7 +40,7 @@ template <typename E>
 void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight,
                         const acc_t<E>* mean, const acc_t<E>* rstd, int N, int C) {
   using A = acc_t<E>;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelMin)
   for (int n = 0; n < N; ++n) {
     const E* x = inp + size_t(n) * C;
     const E* d = dout + size_t(n) * C;
@@ -63,7 +63,7 @@ void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* i
   }
   constexpr int kBlock = 16;
   const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(N) * C > kParallelMin)
   for (int blk = 0; blk < nblocks; ++blk) {
     const int c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
     A dw[kBlock] = {}, db[kBlock] = {};
