@@ -1,0 +1,159 @@
+// The checkpoint container: round trip, re-assembly from shards, and every kind of damage
+// gives a one-line error naming the file.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/check.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+using namespace rz;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("rz_test_ckpt_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Rank r of 2 owns [r*5, r*5+5) of a 10-element layout; value = element index (+100 for m, +200 for v).
+RankState shard_state(int r) {
+  RankState s;
+  s.rank = r;
+  s.world = 2;
+  s.step = 7;
+  s.optimizer_step = 7;
+  s.layout_total = 10;
+  s.ranges = {{static_cast<uint64_t>(r * 5), static_cast<uint64_t>(r * 5 + 5)}};
+  for (int i = r * 5; i < r * 5 + 5; ++i) {
+    s.master.push_back(static_cast<float>(i));
+    s.m.push_back(100.0f + i);
+    s.v.push_back(200.0f + i);
+  }
+  s.loader_epoch = 1;
+  s.loader_next_window = 40 + static_cast<uint64_t>(r);
+  s.rng_state = 99;
+  return s;
+}
+
+fs::path write_two_rank_checkpoint(const fs::path& save_dir, uint64_t step = 7) {
+  const fs::path dir = checkpoint_dir_name(save_dir.string(), step);
+  fs::create_directories(dir);
+  std::string model = "pretend llm.c model bytes";
+  write_bytes_atomic((dir / "model.bin").string(), model.data(), model.size());
+  for (int r = 0; r < 2; ++r) {
+    RankState s = shard_state(r);
+    s.step = step;
+    write_rank_state((dir / rank_state_name(r)).string(), s);
+  }
+  write_manifest(dir.string(), step, 2, "zero2", "fp32");
+  return dir;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void flip_byte(const fs::path& p, size_t offset) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("rank state round trip is exact") {
+  const fs::path d = fresh_dir("roundtrip");
+  RankState s = shard_state(1);
+  write_rank_state((d / "r.state").string(), s);
+  CHECK_FALSE(fs::exists(d / "r.state.tmp"));
+  RankState t = read_rank_state((d / "r.state").string());
+  CHECK(t.rank == 1);
+  CHECK(t.world == 2);
+  CHECK(t.step == 7);
+  CHECK(t.ranges == s.ranges);
+  CHECK(t.master == s.master);
+  CHECK(t.m == s.m);
+  CHECK(t.v == s.v);
+  CHECK(t.loader_next_window == 41);
+  CHECK(t.rng_state == 99);
+}
+
+TEST_CASE("a two-rank checkpoint assembles into full arrays; newest complete one is found") {
+  const fs::path save = fresh_dir("assemble");
+  write_two_rank_checkpoint(save, 5);
+  const fs::path dir = write_two_rank_checkpoint(save, 7);
+  fs::create_directories(checkpoint_dir_name(save.string(), 9));  // an interrupted save: no COMPLETE
+  auto list = list_complete_checkpoints(save.string());
+  REQUIRE(list.size() == 2);
+  CHECK(list.back().first == 7);
+  LoadedCheckpoint ck = load_checkpoint(dir.string(), 10);
+  CHECK(ck.step == 7);
+  CHECK(ck.manifest.world == 2);
+  CHECK(ck.manifest.strategy == "zero2");
+  for (int i = 0; i < 10; ++i) {
+    CHECK(ck.master[i] == static_cast<float>(i));
+    CHECK(ck.m[i] == 100.0f + i);
+    CHECK(ck.v[i] == 200.0f + i);
+  }
+  REQUIRE(ck.loader_only.size() == 2);
+  CHECK(ck.loader_only[1].loader_next_window == 41);
+  prune_checkpoints(save.string(), 1);
+  CHECK_FALSE(fs::exists(checkpoint_dir_name(save.string(), 5)));
+  CHECK(fs::exists(dir));
+  CHECK(fs::exists(checkpoint_dir_name(save.string(), 9)));  // newer than 7: may still be in progress
+}
+
+TEST_CASE("damaged checkpoints give one-line errors naming the file") {
+  const fs::path save = fresh_dir("damage");
+  const fs::path dir = write_two_rank_checkpoint(save);
+  const std::string r1 = (dir / rank_state_name(1)).string();
+  const std::string model = (dir / "model.bin").string();
+
+  SECTION("corrupted rank file") {
+    flip_byte(r1, 200);
+    CHECK(error_of([&] { read_rank_state(r1); }) == r1 + ": checksum mismatch (the file is corrupted)");
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) == r1 + ": checksum mismatch (the file is corrupted)");
+  }
+  SECTION("truncated rank file") {
+    fs::resize_file(r1, fs::file_size(r1) - 4);
+    CHECK(error_of([&] { read_rank_state(r1); }).find(r1 + ": truncated or corrupted rank state") == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find(r1 + ": truncated") == 0);
+    fs::resize_file(r1, 20);
+    CHECK(error_of([&] { read_rank_state(r1); }).find(r1 + ": truncated rank state") == 0);
+  }
+  SECTION("a header that claims a giant size is refused before allocating") {
+    flip_byte(r1, 8 * 8 + 5);  // nfloats
+    CHECK(error_of([&] { read_rank_state(r1); }).find(r1 + ": truncated or corrupted") == 0);
+  }
+  SECTION("corrupted model file") {
+    flip_byte(model, 3);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) == model + ": checksum mismatch (the file is corrupted)");
+  }
+  SECTION("truncated model file") {
+    fs::resize_file(model, 4);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find(model + ": truncated") == 0);
+  }
+  SECTION("a model of another size") {
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 12); }).find("written for a model with 10 parameters, this model has 12") != std::string::npos);
+  }
+  SECTION("malformed manifest") {
+    std::ofstream((dir / "COMPLETE").string()) << "{ not json";
+    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find((dir / "COMPLETE").string() + ": malformed checkpoint manifest") == 0);
+  }
+}

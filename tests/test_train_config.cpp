@@ -1,0 +1,159 @@
+// Config (TOML + flags + validation), the LR schedule and the metrics line: known answers.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+namespace fs = std::filesystem;
+using namespace rz;
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / ("rz_test_train_config_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / name) << text;
+  return (dir / name).string();
+}
+
+bool parse(std::vector<std::string> args, TrainConfig& cfg) {
+  args.insert(args.begin(), "train");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_args(static_cast<int>(argv.size()), argv.data(), cfg);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("TOML values, then flags of the same name, win in that order") {
+  const std::string path = write_temp("a.toml",
+                                      "# a comment\n"
+                                      "data = \"x/train_*.bin\"\n"
+                                      "lr = 1e-3\n"
+                                      "nproc_per_node = 2\n"
+                                      "strategy = \"zero2\"\n"
+                                      "total-batch-tokens = 4096\n"
+                                      "resume = false\n"
+                                      "weight_decay = 0\n");
+  TrainConfig cfg;
+  REQUIRE(parse({path, "--lr", "3e-4", "--strategy=zero1", "--resume", "--save-dir", "ck"}, cfg));
+  CHECK(cfg.data == "x/train_*.bin");
+  CHECK(cfg.lr == 3e-4);
+  CHECK(cfg.nproc_per_node == 2);
+  CHECK(cfg.strategy == "zero1");
+  CHECK(cfg.total_batch_tokens == 4096);
+  CHECK(cfg.resume);
+  CHECK(cfg.weight_decay == 0.0);
+  CHECK(cfg.save_dir == "ck");
+  validate_config(cfg);
+  const std::string table = format_config_table(cfg);
+  CHECK(table.find("strategy") != std::string::npos);
+  CHECK(table.find("zero1") != std::string::npos);
+  // Every key of the table has a flag and a text round trip.
+  for (const auto& k : config_keys()) {
+    TrainConfig c2;
+    set_config_value(c2, k.name, get_config_value(cfg, k.name));
+    CHECK(get_config_value(c2, k.name) == get_config_value(cfg, k.name));
+  }
+}
+
+TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
+  TrainConfig cfg;
+  const std::string bad_key = write_temp("b.toml", "lr = 1e-3\n\nlearning_rate = 2\n");
+  CHECK(error_of([&] { parse({bad_key}, cfg); }) == bad_key + ":3: unknown key 'learning_rate' (ringzero train --help lists the keys)");
+  const std::string bad_type = write_temp("c.toml", "steps = \"many\"\n");
+  CHECK(error_of([&] { parse({bad_type}, cfg); }) == bad_type + ":1: steps: expected an int, found a string");
+  const std::string bad_float = write_temp("d.toml", "batch = 2.5\n");
+  CHECK(error_of([&] { parse({bad_float}, cfg); }).find(":1: batch: expected an int, found a float") != std::string::npos);
+  const std::string syntax = write_temp("e.toml", "lr = = 3\n");
+  CHECK(error_of([&] { parse({syntax}, cfg); }).find(syntax + ":1: TOML syntax error") == 0);
+  CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("/nonexistent/x.toml") == 0);
+  CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a number, found 'fast'");
+  CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer, found '2x'");
+  CHECK(error_of([&] { parse({"--no-such-flag", "1"}, cfg); }).find("--no-such-flag") != std::string::npos);
+  CHECK(error_of([&] { set_config_value(cfg, "resume", "maybe"); }) == "resume: expected true or false, found 'maybe'");
+}
+
+TEST_CASE("validation is a separate step that names the key") {
+  TrainConfig cfg;
+  cfg.data = "d/train_*.bin";
+  validate_config(cfg);
+  auto bad = [&](auto mutate) {
+    TrainConfig c = cfg;
+    mutate(c);
+    return error_of([&] { validate_config(c); });
+  };
+  CHECK(bad([](TrainConfig& c) { c.strategy = "zero3"; }) == "strategy: expected ddp, zero1 or zero2, found 'zero3'");
+  CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
+  CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
+  CHECK(bad([](TrainConfig& c) { c.device = "cuda"; }).find("device: the CUDA backend cannot train yet") == 0);
+  CHECK(bad([](TrainConfig& c) { c.data.clear(); }).find("data:") == 0);
+  CHECK(bad([](TrainConfig& c) { c.resume = true; }).find("resume: needs save_dir") == 0);
+  CHECK(bad([](TrainConfig& c) { c.node_rank = 2; c.nnodes = 2; c.master_port = 1234; }) == "node_rank: expected 0..1, found 2");
+}
+
+TEST_CASE("the shipped configs parse and validate") {
+  for (const char* name : {"tiny", "shakespeare", "gpt2-124m"}) {
+    TrainConfig cfg;
+    load_config_toml(cfg, std::string(RINGZERO_SOURCE_DIR) + "/configs/" + name + ".toml");
+    INFO(name);
+    CHECK_NOTHROW(validate_config(cfg));
+  }
+}
+
+TEST_CASE("warmup then cosine decay to the floor") {
+  LrSchedule s{1.0, 10, 110, 0.1};
+  CHECK(s.at(0) == Approx(0.1));
+  CHECK(s.at(9) == Approx(1.0));
+  CHECK(s.at(10) == Approx(1.0));
+  CHECK(s.at(60) == Approx(0.1 + 0.9 * 0.5));  // halfway through the decay
+  CHECK(s.at(110) == Approx(0.1));
+  CHECK(s.at(500) == Approx(0.1));
+  LrSchedule flat{0.5, 0, 1, 0.0};
+  CHECK(flat.at(0) == 0.5);
+  for (int i = 11; i < 110; ++i) CHECK(s.at(i) < s.at(i - 1));
+}
+
+TEST_CASE("a metrics record is one JSON object with every field") {
+  StepRecord r;
+  r.step = 3;
+  r.steps = 20;
+  r.loss = 2.5f;
+  r.val_loss = 2.75f;
+  r.lr = 1e-4;
+  r.grad_norm = 0.5f;
+  r.tokens_per_s = 1234;
+  r.step_ms = 12.5;
+  r.comm_bytes = 4096;
+  r.mem_peak_bytes[static_cast<int>(MemTag::params)] = 100;
+  auto j = nlohmann::json::parse(metrics_json_line(r));
+  CHECK(j["step"] == 3);
+  CHECK(j["loss"] == 2.5);
+  CHECK(j["val_loss"] == 2.75);
+  CHECK(j["comm_bytes"] == 4096);
+  CHECK(j["mem_peak_bytes"]["params"] == 100);
+  for (const char* key : {"lr", "grad_norm", "tokens_per_s", "step_ms", "comm_ms", "overlap"}) CHECK(j.contains(key));
+  r.loss = NAN;
+  CHECK(nlohmann::json::parse(metrics_json_line(r))["loss"].is_null());
+  const std::string line = format_progress(r, 75, {1.5f, 2.0f});
+  CHECK(line.find("step  3/20") == 0);
+  CHECK(line.find("ETA 1m15s") != std::string::npos);
+  CHECK(line.find("r1 2.0M") != std::string::npos);
+}

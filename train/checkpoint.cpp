@@ -1,0 +1,315 @@
+// train/checkpoint.cpp: the checkpoint container (see checkpoint.h for the layout).
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+
+namespace fs = std::filesystem;
+
+namespace rz {
+namespace {
+
+constexpr uint64_t kStateMagic = 0x3145544154535a52ull;  // "RZSTATE1" little-endian
+constexpr uint64_t kStateVersion = 1;
+constexpr size_t kHeaderWords = 16;
+constexpr size_t kChecksumWord = 12;
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv_update(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    RZ_SYSCHECK(n, "%s: write failed", path.c_str());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  RZ_SYSCHECK(fd, "%s: cannot open for fsync", path.c_str());
+  int rc = ::fsync(fd);
+  ::close(fd);
+  RZ_SYSCHECK(rc, "%s: fsync failed", path.c_str());
+}
+
+void commit_file(const std::string& tmp, const std::string& path) {
+  fsync_path(tmp);
+  RZ_SYSCHECK(::rename(tmp.c_str(), path.c_str()), "%s: cannot rename to %s", tmp.c_str(), path.c_str());
+  fs::path parent = fs::path(path).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());
+}
+
+void write_bytes_atomic(const std::string& path, const void* data, size_t bytes) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  RZ_SYSCHECK(fd, "%s: cannot create", tmp.c_str());
+  try {
+    write_all(fd, data, bytes, tmp);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  commit_file(tmp, path);
+}
+
+uint64_t file_fnv64(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RZ_CHECK(in.good(), "%s: cannot open checkpoint file", path.c_str());
+  std::vector<char> buf(1 << 20);
+  uint64_t h = kFnvOffset;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = fnv_update(h, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  return h;
+}
+
+std::string checkpoint_dir_name(const std::string& save_dir, uint64_t step) {
+  return (fs::path(save_dir) / strfmt("step_%08llu", static_cast<unsigned long long>(step))).string();
+}
+
+std::string rank_state_name(int rank) { return strfmt("rank_%05d.state", rank); }
+
+void write_rank_state(const std::string& path, const RankState& s) {
+  const size_t nfloats = s.master.size();
+  RZ_ENFORCE_EQ(s.m.size(), nfloats);
+  RZ_ENFORCE_EQ(s.v.size(), nfloats);
+  uint64_t header[kHeaderWords] = {kStateMagic, kStateVersion, static_cast<uint64_t>(s.rank),
+                                   static_cast<uint64_t>(s.world), s.step, s.optimizer_step,
+                                   s.layout_total, s.ranges.size(), nfloats, s.loader_epoch,
+                                   s.loader_next_window, s.rng_state, 0, 0, 0, 0};
+  std::vector<char> bytes(sizeof(header) + s.ranges.size() * 16 + nfloats * 12);
+  char* p = bytes.data() + sizeof(header);
+  for (const auto& [b, e] : s.ranges) {
+    std::memcpy(p, &b, 8);
+    std::memcpy(p + 8, &e, 8);
+    p += 16;
+  }
+  for (const auto* arr : {&s.master, &s.m, &s.v}) {
+    std::memcpy(p, arr->data(), nfloats * 4);
+    p += nfloats * 4;
+  }
+  std::memcpy(bytes.data(), header, sizeof(header));
+  header[kChecksumWord] = fnv_update(kFnvOffset, bytes.data(), bytes.size());
+  std::memcpy(bytes.data(), header, sizeof(header));
+  write_bytes_atomic(path, bytes.data(), bytes.size());
+}
+
+RankState read_rank_state(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  RZ_CHECK(in.good(), "%s: cannot open rank state file", path.c_str());
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint64_t h[kHeaderWords];
+  RZ_CHECK(size >= sizeof(h), "%s: truncated rank state (%llu bytes, header needs %zu)", path.c_str(),
+           static_cast<unsigned long long>(size), sizeof(h));
+  in.read(reinterpret_cast<char*>(h), sizeof(h));
+  RZ_CHECK(h[0] == kStateMagic, "%s: not a ringzero rank state file (bad magic)", path.c_str());
+  RZ_CHECK(h[1] == kStateVersion, "%s: rank state version %llu, expected %llu", path.c_str(),
+           static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(kStateVersion));
+  const uint64_t nranges = h[7], nfloats = h[8];
+  // Check the sizes before allocating anything they imply.
+  RZ_CHECK(nranges < (1ull << 32) && nfloats < (1ull << 40) &&
+               size == sizeof(h) + nranges * 16 + nfloats * 12,
+           "%s: truncated or corrupted rank state (size %llu does not match its header: %llu ranges, "
+           "%llu floats)",
+           path.c_str(), static_cast<unsigned long long>(size), static_cast<unsigned long long>(nranges),
+           static_cast<unsigned long long>(nfloats));
+  std::vector<char> bytes(size);
+  std::memcpy(bytes.data(), h, sizeof(h));
+  in.read(bytes.data() + sizeof(h), static_cast<std::streamsize>(size - sizeof(h)));
+  RZ_CHECK(static_cast<uint64_t>(in.gcount()) == size - sizeof(h), "%s: short read", path.c_str());
+  const uint64_t want = h[kChecksumWord];
+  std::memset(bytes.data() + kChecksumWord * 8, 0, 8);
+  RZ_CHECK(fnv_update(kFnvOffset, bytes.data(), bytes.size()) == want,
+           "%s: checksum mismatch (the file is corrupted)", path.c_str());
+
+  RankState s;
+  s.rank = static_cast<int>(h[2]);
+  s.world = static_cast<int>(h[3]);
+  s.step = h[4];
+  s.optimizer_step = h[5];
+  s.layout_total = h[6];
+  s.loader_epoch = h[9];
+  s.loader_next_window = h[10];
+  s.rng_state = h[11];
+  const char* p = bytes.data() + sizeof(h);
+  uint64_t covered = 0;
+  for (uint64_t i = 0; i < nranges; ++i, p += 16) {
+    uint64_t b, e;
+    std::memcpy(&b, p, 8);
+    std::memcpy(&e, p + 8, 8);
+    RZ_CHECK(b <= e && e <= s.layout_total, "%s: range %llu [%llu, %llu) outside the layout (%llu)",
+             path.c_str(), static_cast<unsigned long long>(i), static_cast<unsigned long long>(b),
+             static_cast<unsigned long long>(e), static_cast<unsigned long long>(s.layout_total));
+    s.ranges.emplace_back(b, e);
+    covered += e - b;
+  }
+  RZ_CHECK(covered == nfloats, "%s: ranges cover %llu elements but the file holds %llu", path.c_str(),
+           static_cast<unsigned long long>(covered), static_cast<unsigned long long>(nfloats));
+  for (auto* arr : {&s.master, &s.m, &s.v}) {
+    arr->resize(nfloats);
+    std::memcpy(arr->data(), p, nfloats * 4);
+    p += nfloats * 4;
+  }
+  return s;
+}
+
+void write_manifest(const std::string& dir, uint64_t step, int world, const std::string& strategy,
+                    const std::string& precision) {
+  nlohmann::json j;
+  j["format"] = "ringzero-checkpoint";
+  j["version"] = 1;
+  j["step"] = step;
+  j["world"] = world;
+  j["strategy"] = strategy;
+  j["precision"] = precision;
+  std::vector<std::string> names = {"model.bin"};
+  for (int r = 0; r < world; ++r) names.push_back(rank_state_name(r));
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& n : names) {
+    const std::string p = (fs::path(dir) / n).string();
+    RZ_CHECK(fs::exists(p), "%s: missing after the save barrier", p.c_str());
+    files[n] = {{"bytes", fs::file_size(p)}, {"fnv64", strfmt("%016llx", static_cast<unsigned long long>(file_fnv64(p)))}};
+  }
+  j["files"] = files;
+  const std::string text = j.dump(2) + "\n";
+  write_bytes_atomic((fs::path(dir) / "COMPLETE").string(), text.data(), text.size());
+}
+
+CheckpointManifest read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "COMPLETE").string();
+  std::ifstream in(path);
+  RZ_CHECK(in.good(), "%s: cannot open checkpoint manifest", path.c_str());
+  CheckpointManifest m;
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    RZ_CHECK(j.at("format") == "ringzero-checkpoint", "%s: not a ringzero checkpoint manifest", path.c_str());
+    m.step = j.at("step").get<uint64_t>();
+    m.world = j.at("world").get<int>();
+    m.strategy = j.at("strategy").get<std::string>();
+    m.precision = j.at("precision").get<std::string>();
+    for (auto& [name, f] : j.at("files").items()) {
+      const std::string hex = f.at("fnv64").get<std::string>();
+      m.files.push_back({name, {f.at("bytes").get<uint64_t>(), std::stoull(hex, nullptr, 16)}});
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    RZ_FAIL("%s: malformed checkpoint manifest (%s)", path.c_str(), e.what());
+  }
+  RZ_CHECK(m.world >= 1 && m.world <= 65536, "%s: world %d out of range", path.c_str(), m.world);
+  return m;
+}
+
+std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const std::string& save_dir) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  if (!fs::is_directory(save_dir)) return out;
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
+    uint64_t step = 0;
+    try {
+      size_t used = 0;
+      step = std::stoull(name.substr(5), &used);
+      if (used != name.size() - 5) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (fs::exists(e.path() / "COMPLETE")) out.emplace_back(step, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune_checkpoints(const std::string& save_dir, int keep) {
+  auto done = list_complete_checkpoints(save_dir);
+  if (done.empty()) return;
+  const uint64_t newest = done.back().first;
+  if (keep > 0)
+    for (size_t i = 0; i + static_cast<size_t>(keep) < done.size(); ++i) fs::remove_all(done[i].second);
+  // Interrupted saves older than the newest complete one can never be resumed from.
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0 || fs::exists(e.path() / "COMPLETE")) continue;
+    try {
+      if (std::stoull(name.substr(5)) < newest) fs::remove_all(e.path());
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) {
+  LoadedCheckpoint ck;
+  ck.dir = dir;
+  ck.manifest = read_manifest(dir);
+  ck.step = ck.manifest.step;
+  for (const auto& [name, sz] : ck.manifest.files) {
+    const std::string p = (fs::path(dir) / name).string();
+    RZ_CHECK(fs::exists(p), "%s: missing from the checkpoint", p.c_str());
+    RZ_CHECK(fs::file_size(p) == sz.first, "%s: truncated (%llu bytes, the manifest says %llu)", p.c_str(),
+             static_cast<unsigned long long>(fs::file_size(p)), static_cast<unsigned long long>(sz.first));
+    if (name == "model.bin")  // rank files carry their own checksum, checked as they are read
+      RZ_CHECK(file_fnv64(p) == sz.second, "%s: checksum mismatch (the file is corrupted)", p.c_str());
+  }
+  ck.master.assign(layout_total, 0.0f);
+  ck.m.assign(layout_total, 0.0f);
+  ck.v.assign(layout_total, 0.0f);
+  std::vector<char> covered(layout_total, 0);
+  for (int r = 0; r < ck.manifest.world; ++r) {
+    const std::string p = (fs::path(dir) / rank_state_name(r)).string();
+    RankState s = read_rank_state(p);
+    RZ_CHECK(s.layout_total == layout_total,
+             "%s: written for a model with %llu parameters, this model has %llu", p.c_str(),
+             static_cast<unsigned long long>(s.layout_total), static_cast<unsigned long long>(layout_total));
+    RZ_CHECK(s.rank == r && s.world == ck.manifest.world && s.step == ck.step,
+             "%s: rank %d of %d at step %llu does not match the manifest (rank %d of %d at step %llu)",
+             p.c_str(), s.rank, s.world, static_cast<unsigned long long>(s.step), r, ck.manifest.world,
+             static_cast<unsigned long long>(ck.step));
+    if (r == 0) ck.optimizer_step = s.optimizer_step;
+    RZ_CHECK(s.optimizer_step == ck.optimizer_step, "%s: optimizer step %llu differs from rank 0's %llu",
+             p.c_str(), static_cast<unsigned long long>(s.optimizer_step),
+             static_cast<unsigned long long>(ck.optimizer_step));
+    size_t k = 0;
+    for (const auto& [b, e] : s.ranges) {
+      std::copy(s.master.begin() + k, s.master.begin() + k + (e - b), ck.master.begin() + b);
+      std::copy(s.m.begin() + k, s.m.begin() + k + (e - b), ck.m.begin() + b);
+      std::copy(s.v.begin() + k, s.v.begin() + k + (e - b), ck.v.begin() + b);
+      std::fill(covered.begin() + b, covered.begin() + e, 1);
+      k += e - b;
+    }
+    s.master.clear();
+    s.m.clear();
+    s.v.clear();
+    s.master.shrink_to_fit();
+    s.m.shrink_to_fit();
+    s.v.shrink_to_fit();
+    ck.loader_only.push_back(std::move(s));
+  }
+  auto hole = std::find(covered.begin(), covered.end(), 0);
+  RZ_CHECK(hole == covered.end(), "%s: the rank files leave parameter %lld without optimizer state",
+           dir.c_str(), static_cast<long long>(hole - covered.begin()));
+  return ck;
+}
+
+}  // namespace rz

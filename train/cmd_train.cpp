@@ -1,0 +1,47 @@
+// train/cmd_train.cpp: `ringzero train`: parse, validate, then either launch the local ranks
+// (--nproc-per-node N > 1 or --nnodes > 1, when not already a rank) or train as one rank.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "comm/launch.h"
+#include "train/command.h"
+#include "train/config.h"
+#include "train/loop.h"
+
+namespace rz {
+namespace {
+
+// A process is already a rank when ringzero's launcher, torchrun (RANK), srun (SLURM_PROCID
+// with SLURM_NTASKS > 1) or mpirun (OMPI_COMM_WORLD_RANK) started it.
+bool started_as_rank() {
+  if (launched_by_ringzero() || std::getenv("RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr)
+    return true;
+  const char* ntasks = std::getenv("SLURM_NTASKS");
+  return std::getenv("SLURM_PROCID") != nullptr && ntasks != nullptr && std::atoi(ntasks) > 1;
+}
+
+int run_train(int argc, char** argv) {
+  TrainConfig cfg;
+  if (!parse_train_args(argc, argv, cfg)) return 0;
+  validate_config(cfg);
+  if ((cfg.nproc_per_node > 1 || cfg.nnodes > 1) && !started_as_rank()) {
+    std::vector<std::string> child = {self_executable()};
+    for (int i = 0; i < argc; ++i) child.emplace_back(argv[i]);
+    LaunchOptions lo;
+    lo.nproc_per_node = cfg.nproc_per_node;
+    lo.nnodes = cfg.nnodes;
+    lo.node_rank = cfg.node_rank;
+    lo.master_addr = cfg.master_addr;
+    lo.master_port = cfg.master_port;
+    return launch_local_ranks(child, lo);
+  }
+  return run_training(cfg);
+}
+
+const RegisterCommand kRegister({"train", "train a GPT-2 model (ddp, zero1, zero2) on one or many ranks", run_train, 10});
+
+}  // namespace
+}  // namespace rz

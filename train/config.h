@@ -1,0 +1,105 @@
+// train/config.h: everything a training run can be told, in one struct.
+//
+// The defaults and their one-line meanings sit together below (llama2.c's habit). A run's
+// configuration is resolved in three steps, each in one place:
+//   1. defaults (this struct),
+//   2. a TOML file (`ringzero train run.toml`): flat `key = value` lines, keys spelled as
+//      the fields below (`nproc_per_node`; `nproc-per-node` is accepted too),
+//   3. command-line flags of the same names (`--nproc-per-node 2`), which win.
+// Unknown keys and values of the wrong type are errors naming the key (and file:line for
+// TOML). validate() then checks the resolved values against each other, separately.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rz {
+
+struct TrainConfig {
+  // --- model
+  std::string model = "tiny";     // preset (tiny, d2, d4, d6, d12, ...) the shape starts from
+  int layers = 0;                 // L; 0 keeps the preset's
+  int channels = 0;               // C; 0 keeps the preset's
+  int heads = 0;                  // NH; 0 keeps the preset's
+  int vocab = 0;                  // V; 0 takes the tokenizer's (data dir's tokenizer.bin / --tokenizer), else the preset's
+  int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
+  std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
+  std::string precision = "fp32"; // fp32 | bf16
+  std::string device = "cpu";     // cpu (the CUDA backend cannot train yet)
+  int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
+
+  // --- data
+  std::string data;               // train shards: glob or comma list (llm.c format)
+  std::string val_data;           // validation shards; empty = no validation
+  std::string tokenizer;          // byte | gpt2 | path to tokenizer.bin; empty = tokenizer.bin beside the data
+  std::string gpt2_dir;           // directory with encoder.json and vocab.bpe (tokenizer = gpt2)
+
+  // --- batch and schedule
+  int steps = 100;                // optimizer steps to train (in total, counting resumed ones)
+  int batch = 4;                  // B: sequences per micro-batch per rank
+  int seq = 64;                   // T: tokens per sequence
+  int64_t total_batch_tokens = 0; // tokens per optimizer step over all ranks; 0 = B*T*world (no accumulation)
+  double lr = 6e-4;               // peak learning rate
+  int warmup = 0;                 // linear warmup steps
+  double lr_floor = 0.0;          // cosine decay ends at lr * lr_floor
+  double weight_decay = 0.1;      // AdamW decoupled weight decay (matrices and embeddings)
+  double grad_clip = 1.0;         // clip the global grad norm to this; 0 disables
+  uint64_t seed = 1337;           // model init, data order and sampling
+  bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
+
+  // --- distribution
+  std::string strategy = "ddp";   // ddp | zero1 | zero2
+  int nproc_per_node = 1;         // ranks to launch on this node (> 1: ringzero is its own launcher)
+  int nnodes = 1;                 // nodes in the job
+  int node_rank = 0;              // this node's index
+  std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
+  int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
+  std::string transport = "auto"; // auto | shm | tcp
+  double comm_timeout = 300.0;    // seconds any collective may wait for a peer
+  double bucket_mb = 25.0;        // gradient bucket size in MiB
+  int buckets_in_flight = 2;      // zero2: staging buckets reduce-scattering at once
+
+  // --- checkpoints
+  std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none
+  int save_every = 0;             // checkpoint every k steps (and at the end); 0 = only at the end
+  int keep = 0;                   // keep the newest N complete checkpoints; 0 = keep all
+  bool resume = false;            // continue from the newest complete checkpoint in save_dir
+
+  // --- evaluation, sampling, reporting
+  int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never
+  int eval_batches = 4;           // (B, T) validation batches per rank per evaluation
+  int sample_every = 0;           // rank 0 prints a text sample every m steps (and at the end); 0 = never
+  int sample_tokens = 64;         // tokens per sample
+  int sample_top_k = 0;           // 0 = greedy; k > 0 samples from the k most likely tokens
+  std::string metrics;            // JSONL file, one object per step; empty = none
+  std::string memory_report;      // JSON file for the per-rank memory report after step 1; empty = none
+};
+
+// One configuration key: its name (TOML spelling), kind and help line.
+struct ConfigKey {
+  std::string name;   // "nproc_per_node"
+  std::string kind;   // "int", "float", "bool", "string"
+  std::string help;
+};
+const std::vector<ConfigKey>& config_keys();
+
+// Sets one key from its text form (a flag's value). Throws naming the key and the value.
+void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value);
+// Current value of a key as text (for the table and the checkpoint's config.json).
+std::string get_config_value(const TrainConfig& cfg, const std::string& key);
+
+// Applies a TOML file. Throws "FILE:LINE: key: ..." for unknown keys and bad values.
+void load_config_toml(TrainConfig& cfg, const std::string& path);
+
+// Checks the resolved values against each other. Throws naming the key.
+void validate_config(const TrainConfig& cfg);
+
+// The resolved configuration as a two-column table (rank 0 prints it at start).
+std::string format_config_table(const TrainConfig& cfg);
+
+// Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"). Returns
+// false when --help was printed. Unknown flags and bad values throw.
+bool parse_train_args(int argc, char** argv, TrainConfig& cfg);
+
+}  // namespace rz

@@ -1,0 +1,353 @@
+// train/loop.cpp: one rank's training run (the algorithm is described in loop.h).
+#include "train/loop.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "base/check.h"
+#include "base/memory.h"
+#include "comm/factory.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "train/checkpoint.h"
+#include "train/generate.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "train/schedule.h"
+#include "zero/buckets.h"
+#include "zero/memory_formula.h"
+#include "zero/strategy.h"
+
+namespace fs = std::filesystem;
+
+namespace rz {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
+std::string data_dir_of(const std::string& pattern) {
+  const std::string first = pattern.substr(0, pattern.find(','));
+  fs::path dir = fs::path(first).parent_path();
+  return dir.empty() ? "." : dir.string();
+}
+
+// --tokenizer, else the tokenizer.bin `ringzero prepare` wrote beside the shards, else none.
+std::unique_ptr<Tokenizer> resolve_tokenizer(const TrainConfig& cfg) {
+  if (!cfg.tokenizer.empty()) return make_tokenizer(cfg.tokenizer, cfg.gpt2_dir);
+  const std::string beside = (fs::path(data_dir_of(cfg.data)) / "tokenizer.bin").string();
+  if (fs::exists(beside)) return load_llmc_tokenizer(beside);
+  return nullptr;
+}
+
+GPT2Config resolve_model_config(const TrainConfig& cfg, const Tokenizer* tok) {
+  GPT2Config m = model_preset(cfg.model);
+  if (cfg.layers > 0) m.num_layers = cfg.layers;
+  if (cfg.channels > 0) m.channels = cfg.channels;
+  if (cfg.heads > 0) m.num_heads = cfg.heads;
+  if (cfg.max_seq > 0) m.max_seq_len = cfg.max_seq;
+  if (cfg.vocab > 0) m.vocab_size = cfg.vocab;
+  else if (tok != nullptr) m.vocab_size = tok->vocab_size();
+  finalize_config(m);
+  return m;
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainConfig& cfg) : cfg_(cfg) {}
+  int run();
+
+ private:
+  void setup();
+  void resume();
+  float eval_loss();
+  void sample(int step);
+  void save(int step);
+  void memory_report();
+  bool rank0() const { return rank_ == 0; }
+  float all_reduce_mean(float x) {
+    comm_->all_reduce(&x, 1, DType::f32, ReduceOp::avg);
+    return x;
+  }
+
+  const TrainConfig& cfg_;
+  RankEnv env_;
+  int rank_ = 0, world_ = 1, accum_ = 1;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Tokenizer> tok_;
+  GPT2Config mcfg_;
+  Precision precision_ = Precision::fp32;
+  std::unique_ptr<GPT2> model_;
+  std::unique_ptr<Strategy> strategy_;
+  StrategyOptions sopts_;
+  std::unique_ptr<DataLoader> train_, val_;
+  std::vector<int> inputs_, targets_;  // (B, T)
+  SampleRng rng_;
+  int start_step_ = 0;
+  MetricsWriter metrics_;
+};
+
+void Trainer::setup() {
+  env_ = rank_env_from_environment();
+  rank_ = env_.rank;
+  world_ = env_.world_size;
+  if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+  precision_ = parse_precision(cfg_.precision);
+  RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
+
+  // Everything that reads user files comes before the rendezvous, so a bad path fails fast
+  // on every rank instead of leaving the others waiting.
+  tok_ = resolve_tokenizer(cfg_);
+  std::optional<ModelFile> init;
+  if (!cfg_.init.empty()) {
+    init = read_model_file(cfg_.init);
+    mcfg_ = init->cfg;
+  } else {
+    mcfg_ = resolve_model_config(cfg_, tok_.get());
+  }
+  RZ_CHECK(cfg_.seq <= mcfg_.max_seq_len, "seq: T=%d exceeds the model's max_seq %d (set --max-seq)", cfg_.seq,
+           mcfg_.max_seq_len);
+  RZ_CHECK(tok_ == nullptr || tok_->vocab_size() <= mcfg_.vocab_size,
+           "vocab: the model's V=%d is smaller than the tokenizer's %d", mcfg_.vocab_size, tok_->vocab_size());
+  train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
+  train_->set_vocab_bound(mcfg_.vocab_size);
+  if (!cfg_.val_data.empty()) {
+    val_ = std::make_unique<DataLoader>(cfg_.val_data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, false);
+    val_->set_vocab_bound(mcfg_.vocab_size);
+  }
+  const int64_t per_micro = static_cast<int64_t>(cfg_.batch) * cfg_.seq * world_;
+  const int64_t total = cfg_.total_batch_tokens > 0 ? cfg_.total_batch_tokens : per_micro;
+  RZ_CHECK(total % per_micro == 0,
+           "total_batch_tokens: %lld is not a multiple of B*T*world = %d*%d*%d = %lld", static_cast<long long>(total),
+           cfg_.batch, cfg_.seq, world_, static_cast<long long>(per_micro));
+  accum_ = static_cast<int>(total / per_micro);
+
+  CommOptions copts;
+  copts.transport = cfg_.transport;
+  copts.timeout_s = cfg_.comm_timeout;
+  comm_ = connect_communicator(env_, copts);
+
+  model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, false});
+  if (init) model_->set_params_f32(init->params.data());
+  else model_->init_random(cfg_.seed);
+  sopts_.kind = parse_strategy(cfg_.strategy);
+  sopts_.bucket_mb = cfg_.bucket_mb;
+  sopts_.buckets_in_flight = cfg_.buckets_in_flight;
+  sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
+  sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
+  strategy_ = make_strategy(*model_, *comm_, sopts_);
+  inputs_.resize(static_cast<size_t>(cfg_.batch) * cfg_.seq);
+  targets_.resize(inputs_.size());
+  rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
+}
+
+void Trainer::resume() {
+  auto done = list_complete_checkpoints(cfg_.save_dir);
+  RZ_CHECK(!done.empty(), "resume: no complete checkpoint in %s", cfg_.save_dir.c_str());
+  const size_t total = model_->layout().total;
+  LoadedCheckpoint ck = load_checkpoint(done.back().second, total);
+  strategy_->set_optimizer_state(ck.master.data(), ck.m.data(), ck.v.data(), ck.optimizer_step);
+  start_step_ = static_cast<int>(ck.step);
+  const int old_world = ck.manifest.world;
+  if (old_world == world_) {
+    const RankState& s = ck.loader_only[static_cast<size_t>(rank_)];
+    train_->restore(LoaderState{s.loader_epoch, s.loader_next_window});
+  } else {
+    // Re-derive the position (loop.h): old rank 0 had taken j windows of its share.
+    const RankState& s0 = ck.loader_only[0];
+    const uint64_t j_old = s0.loader_next_window / static_cast<uint64_t>(old_world);
+    const uint64_t j_new = j_old * static_cast<uint64_t>(old_world) / static_cast<uint64_t>(world_);
+    LoaderState st{s0.loader_epoch, static_cast<uint64_t>(rank_) + j_new * static_cast<uint64_t>(world_)};
+    if (j_new > train_->batches_per_epoch() * static_cast<uint64_t>(cfg_.batch)) st = {s0.loader_epoch + 1, static_cast<uint64_t>(rank_)};
+    train_->restore(st);
+  }
+  rng_.state = ck.loader_only[0].rng_state;
+  if (rank0())
+    std::printf("resumed from %s: step %d, written by %d rank(s) with %s%s\n", ck.dir.c_str(), start_step_, old_world,
+                ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
+}
+
+float Trainer::eval_loss() {
+  val_->reset();
+  double sum = 0;
+  for (int i = 0; i < cfg_.eval_batches; ++i) {
+    val_->next_batch(inputs_.data(), targets_.data());
+    sum += model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
+  }
+  return all_reduce_mean(static_cast<float>(sum / cfg_.eval_batches));
+}
+
+void Trainer::sample(int step) {
+  if (!rank0() || tok_ == nullptr) return;
+  const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
+  std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
+                                         cfg_.sample_top_k, rng_);
+  out.erase(out.begin());
+  std::string text;
+  for (int t : out) text += t == tok_->eot() ? std::string("\n<|endoftext|>\n") : tok_->decode_token(t);
+  std::printf("---- sample after step %d (%s) ----\n%s\n--------\n", step,
+              cfg_.sample_top_k > 0 ? strfmt("top-%d", cfg_.sample_top_k).c_str() : "greedy", text.c_str());
+  std::fflush(stdout);
+}
+
+void Trainer::save(int step) {
+  const std::string dir = checkpoint_dir_name(cfg_.save_dir, static_cast<uint64_t>(step));
+  if (rank0()) {
+    fs::create_directories(dir);
+    fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
+  }
+  comm_->barrier();
+  RankState st;
+  st.rank = rank_;
+  st.world = world_;
+  st.step = static_cast<uint64_t>(step);
+  st.optimizer_step = strategy_->optimizer_step();
+  st.layout_total = model_->layout().total;
+  for (const auto& [b, e] : strategy_->owned_ranges()) st.ranges.emplace_back(b, e);
+  strategy_->get_optimizer_state(st.master, st.m, st.v);
+  const LoaderState ls = train_->state();
+  st.loader_epoch = ls.epoch;
+  st.loader_next_window = ls.next_window;
+  st.rng_state = rng_.state;
+  write_rank_state((fs::path(dir) / rank_state_name(rank_)).string(), st);
+  if (rank0()) {
+    std::vector<float> params(model_->layout().total);
+    model_->get_params_f32(params.data());
+    write_model_file((fs::path(dir) / "model.bin").string(), mcfg_, precision_, params.data());
+  }
+  comm_->barrier();  // every rank's part is on disk
+  if (rank0()) {
+    write_manifest(dir, static_cast<uint64_t>(step), world_, cfg_.strategy, cfg_.precision);
+    prune_checkpoints(cfg_.save_dir, cfg_.keep);
+    std::printf("saved checkpoint %s\n", dir.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::memory_report() {
+  std::vector<RankMemory> ranks = gather_rank_memory(*comm_);
+  if (!rank0()) return;
+  // The formula column: what zero/ says each rank's model states should take.
+  std::vector<size_t> expected(kNumMemTags, SIZE_MAX);
+  BucketPlan plan = build_bucket_plan(model_->layout(), cfg_.bucket_mb, precision_bytes(precision_), world_);
+  int in_flight = cfg_.buckets_in_flight;
+  if (sopts_.kind == StrategyKind::zero2) in_flight = std::max(in_flight, min_buckets_in_flight(model_->layout(), plan));
+  ExactStateBytes ex = exact_state_bytes(plan, sopts_.kind, precision_, in_flight);
+  expected[static_cast<int>(MemTag::params)] = ex.params;
+  expected[static_cast<int>(MemTag::grads)] = ex.grads;
+  expected[static_cast<int>(MemTag::master)] = ex.master;
+  expected[static_cast<int>(MemTag::adam_m)] = ex.adam_m;
+  expected[static_cast<int>(MemTag::adam_v)] = ex.adam_v;
+  const std::string title = strfmt("memory after step 1: %s, %s, %d rank(s), %zu parameters (comm includes %s of staging)",
+                                   cfg_.strategy.c_str(), cfg_.precision.c_str(), world_, model_->layout().total,
+                                   format_bytes(static_cast<double>(ex.staging)).c_str());
+  std::printf("%s", format_memory_table(ranks, title, expected).c_str());
+  std::fflush(stdout);
+  if (!cfg_.memory_report.empty()) {
+    const std::string text = memory_report_json(ranks, cfg_.strategy, cfg_.precision, expected);
+    write_bytes_atomic(cfg_.memory_report, text.data(), text.size());
+  }
+}
+
+int Trainer::run() {
+  setup();
+  if (cfg_.resume) resume();
+  if (rank0()) {
+    std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
+                world_, cfg_.strategy.c_str(), comm_->transport_name().c_str(), model_->layout().total,
+                mcfg_.num_layers, mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
+    std::printf("%s", format_config_table(cfg_).c_str());
+    std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,
+                cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
+    if (tok_ == nullptr && cfg_.sample_every > 0)
+      std::printf("note: no tokenizer (no --tokenizer and no tokenizer.bin beside the data): no samples\n");
+    std::fflush(stdout);
+    if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, cfg_.resume);
+  }
+  const LrSchedule sched{cfg_.lr, cfg_.warmup, cfg_.steps, cfg_.lr_floor};
+  const bool tty = rank0() && isatty(STDOUT_FILENO);
+  const int log_every = std::max(1, cfg_.steps / 25);
+  const double tokens_per_step = static_cast<double>(cfg_.batch) * cfg_.seq * world_ * accum_;
+  const auto run_start = Clock::now();
+  int steps_timed = 0;
+  for (int s = start_step_; s < cfg_.steps; ++s) {
+    const auto t0 = Clock::now();
+    comm_->reset_stats();
+    StepRecord rec;
+    rec.step = s + 1;
+    rec.steps = cfg_.steps;
+    rec.lr = sched.at(s);
+    double loss_sum = 0;
+    for (int micro = 0; micro < accum_; ++micro) {
+      train_->next_batch(inputs_.data(), targets_.data());
+      const float local = model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
+      const float loss = all_reduce_mean(local);
+      if (!std::isfinite(loss)) {
+        RZ_CHECK(cfg_.skip_nonfinite && micro == 0,
+                 "step %d: the loss is %s at micro-step %d%s", s + 1, std::isnan(loss) ? "NaN" : "inf", micro,
+                 cfg_.skip_nonfinite ? " (inside a gradient-accumulation window: cannot be skipped)"
+                                     : "; stopping (--skip-nonfinite skips such steps)");
+        for (int rest = 1; rest < accum_; ++rest) train_->next_batch(inputs_.data(), targets_.data());
+        rec.skipped = true;
+        loss_sum = loss * accum_;
+        break;
+      }
+      loss_sum += loss;
+      model_->backward(strategy_->begin_micro_step(micro, accum_), 1.0f / static_cast<float>(accum_));
+      strategy_->end_micro_step();
+    }
+    rec.loss = static_cast<float>(loss_sum / accum_);
+    if (!rec.skipped) {
+      const StepStats st = strategy_->step(static_cast<float>(rec.lr));
+      rec.grad_norm = st.grad_norm;
+      rec.comm_bytes = st.comm_bytes_sent;
+      rec.comm_ms = st.comm_seconds * 1e3;
+      rec.overlap = st.comm_overlapped;
+    }
+    const double step_s = seconds_since(t0);
+    rec.step_ms = step_s * 1e3;
+    rec.tokens_per_s = tokens_per_step / step_s;
+    const MemoryTracker& mt = MemoryTracker::global();
+    for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t));
+    rec.mem_peak_total = mt.peak_total();
+    const std::vector<float> peaks = gather_peak_mib(*comm_);
+    if (s == start_step_) memory_report();
+    const bool last = s + 1 == cfg_.steps;
+    if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) rec.val_loss = eval_loss();
+    if (rank0()) {
+      ++steps_timed;
+      const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
+      const std::string line = format_progress(rec, eta, peaks);
+      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped;
+      if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(),
+                            rec.val_loss ? strfmt(" | val %.4f", *rec.val_loss).c_str() : "");
+      else if (tty) std::printf("\r\033[K%s", line.c_str());
+      std::fflush(stdout);
+      metrics_.write(rec);
+    }
+    if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
+    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) save(s + 1);
+  }
+  if (rank0() && start_step_ >= cfg_.steps)
+    std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start_step_, cfg_.steps);
+  comm_->barrier();
+  return 0;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& cfg) {
+  Trainer t(cfg);
+  return t.run();
+}
+
+}  // namespace rz

@@ -1,0 +1,74 @@
+#include "train/metrics.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+
+namespace rz {
+
+MetricsWriter::~MetricsWriter() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+void MetricsWriter::open(const std::string& path, bool append) {
+  if (f_ != nullptr) std::fclose(f_);
+  path_ = path;
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  RZ_CHECK(f_ != nullptr, "metrics: cannot open %s for writing: %s", path.c_str(), errno_string().c_str());
+}
+
+void MetricsWriter::write(const StepRecord& r) {
+  if (f_ == nullptr) return;
+  const std::string line = metrics_json_line(r) + "\n";
+  RZ_CHECK(std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0,
+           "metrics: cannot write %s: %s", path_.c_str(), errno_string().c_str());
+}
+
+std::string metrics_json_line(const StepRecord& r) {
+  nlohmann::json j;
+  j["step"] = r.step;
+  // NaN/inf are not JSON: they become null (the step is marked skipped or the run stops).
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  j["loss"] = num(r.loss);
+  if (r.val_loss) j["val_loss"] = num(*r.val_loss);
+  j["lr"] = r.lr;
+  j["grad_norm"] = num(r.grad_norm);
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["step_ms"] = r.step_ms;
+  j["comm_bytes"] = r.comm_bytes;
+  j["comm_ms"] = r.comm_ms;
+  j["overlap"] = r.overlap;
+  if (r.skipped) j["skipped"] = true;
+  nlohmann::json mem = nlohmann::json::object();
+  for (int t = 0; t < kNumMemTags; ++t) mem[mem_tag_name(static_cast<MemTag>(t))] = r.mem_peak_bytes[t];
+  mem["total"] = r.mem_peak_total;
+  j["mem_peak_bytes"] = mem;
+  return j.dump();
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  if (t < 60) return strfmt("%lds", t);
+  if (t < 3600) return strfmt("%ldm%02lds", t / 60, t % 60);
+  return strfmt("%ldh%02ldm", t / 3600, (t % 3600) / 60);
+}
+
+std::string format_progress(const StepRecord& r, double eta_s, const std::vector<float>& rank_peak_mib) {
+  const int w = static_cast<int>(std::to_string(r.steps).size());
+  std::string tps = r.tokens_per_s >= 1e6   ? strfmt("%.2fM", r.tokens_per_s / 1e6)
+                    : r.tokens_per_s >= 1e3 ? strfmt("%.1fk", r.tokens_per_s / 1e3)
+                                            : strfmt("%.0f", r.tokens_per_s);
+  std::string line = strfmt("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.0f ms | ETA %s", w,
+                            r.step, r.steps, r.loss, r.lr, r.grad_norm, tps.c_str(), r.step_ms,
+                            format_duration(eta_s).c_str());
+  if (r.skipped) line += " | SKIPPED (non-finite loss)";
+  if (!rank_peak_mib.empty()) {
+    line += " | mem";
+    for (size_t i = 0; i < rank_peak_mib.size(); ++i) line += strfmt(" r%zu %.1fM", i, rank_peak_mib[i]);
+  }
+  return line;
+}
+
+}  // namespace rz
