@@ -37,10 +37,8 @@ __global__ void adamw_kernel(float* master, P* param, const G* grad, float* m, f
     float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    float mhat = mi / bias1;
-    float vhat = vi / bias2;
     float w = master[i];
-    w -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w);
+    w -= lr * ((mi / bias1) / (sqrtf(vi / bias2) + eps) + weight_decay * w);
     master[i] = w;
     store(param, i, w);
   }
@@ -52,7 +50,7 @@ unsigned grid_for(size_t n) {
 }
 
 void check_step(const AdamWStep& s) {
-  RZ_CHECK(s.t >= 1, "adamw: step t must be >= 1, got %d", s.t);
+  RZ_CHECK(s.t >= 1, "adamw: step t must be >= 1, got %llu", (unsigned long long)s.t);
   RZ_CHECK(s.beta1 >= 0.0f && s.beta1 < 1.0f && s.beta2 >= 0.0f && s.beta2 < 1.0f,
            "adamw: betas must be in [0, 1), got %g, %g", double(s.beta1), double(s.beta2));
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/bf16.h"
+#include "kernels/cpu/adamw.h"  // AdamWStep, shared with the CPU twin
 
 namespace rz::cuda {
 
@@ -31,15 +32,11 @@ void f32_to_bf16(const float* in, bf16* out, size_t n, void* stream = nullptr);
 // out[i] = in[i]; in (n) bf16, out (n) fp32 (exact).
 void bf16_to_f32(const bf16* in, float* out, size_t n, void* stream = nullptr);
 
-// AdamW on n elements, the same arithmetic as the CPU twin:
+// AdamW on n elements with the CPU twin's arithmetic and step description (rz::AdamWStep,
+// kernels/cpu/adamw.h):
 //   g = grad[i] * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t)
-//   master[i] -= lr * (mhat / (sqrt(vhat) + eps) + wd * master[i])
+//   master[i] -= lr * ((m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * master[i])
 // master, m, v (n) fp32; grad (n) fp32 or bf16; param (n) fp32 (may alias master) or bf16.
-struct AdamWStep {
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
-  int t;  // 1-based step, for bias correction
-};
 void adamw_f32(float* master, float* param, const float* grad, float* m, float* v, size_t n,
                const AdamWStep& s, void* stream = nullptr);
 void adamw_bf16(float* master, bf16* param, const bf16* grad, float* m, float* v, size_t n,
