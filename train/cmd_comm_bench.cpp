@@ -1,0 +1,233 @@
+// train/cmd_comm_bench.cpp: `ringzero comm-bench`, nccl-tests for ringzero's own ring.
+//
+// Spawns --nproc ranks itself (comm/launch.h) unless --transport thread, then for each
+// size from --min-bytes to --max-bytes (x2 each step) times --iters collectives after
+// --warmup untimed ones, and checks one more run whose answer has a closed form (rank r,
+// element i holds a small integer, so every sum is exact in fp32 and bf16). Columns and
+// bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw x 2(N-1)/N for
+// all_reduce and x (N-1)/N for reduce_scatter and all_gather. "bytes" is the full tensor
+// (all_gather's output, reduce_scatter's input). Time is the slowest rank's average.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "base/bf16.h"
+#include "base/check.h"
+#include "comm/factory.h"
+#include "comm/launch.h"
+#include "train/command.h"
+
+namespace rz {
+namespace {
+
+struct BenchArgs {
+  std::string op = "all_reduce";
+  int nproc = 2;
+  std::string transport = "auto";
+  std::string min_bytes = "8";
+  std::string max_bytes = "64M";
+  std::string dtype = "fp32";
+  std::string redop = "sum";
+  int iters = 20;
+  int warmup = 5;
+  bool json = false;
+  double timeout_s = 300;
+  std::string segment = "1M";
+};
+
+size_t parse_bytes(const std::string& s, const char* flag) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  double mult = 1;
+  std::string suf = end ? end : "";
+  if (suf == "K" || suf == "k" || suf == "KiB") mult = 1024;
+  else if (suf == "M" || suf == "MiB") mult = 1024.0 * 1024;
+  else if (suf == "G" || suf == "GiB") mult = 1024.0 * 1024 * 1024;
+  else RZ_CHECK(suf.empty() || suf == "B", "%s: expected a byte count like 8, 64K, 256M or 1G, found '%s'", flag, s.c_str());
+  RZ_CHECK(end != s.c_str() && v >= 0 && v * mult < 64.0 * (1ull << 30),
+           "%s: expected a byte count between 0 and 64G, found '%s'", flag, s.c_str());
+  return static_cast<size_t>(v * mult);
+}
+
+float input_value(int rank, size_t i) { return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 23) - 11); }
+
+struct Typed {
+  DType dt;
+  std::vector<unsigned char> b;
+  Typed(DType d, size_t n) : dt(d), b(n * dtype_size(d) + 64) {}
+  void* data() { return b.data(); }
+  void set(size_t i, float v) {
+    if (dt == DType::f32) std::memcpy(&b[i * 4], &v, 4);
+    else { bf16 h = float_to_bf16(v); std::memcpy(&b[i * 2], &h, 2); }
+  }
+  float get(size_t i) const {
+    if (dt == DType::f32) { float v; std::memcpy(&v, &b[i * 4], 4); return v; }
+    bf16 h; std::memcpy(&h, &b[i * 2], 2); return bf16_to_float(h);
+  }
+};
+
+// One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
+uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg) {
+  const int N = c.size(), r = c.rank();
+  const DType dt = a.dtype == "bf16" ? DType::bf16 : DType::f32;
+  const ReduceOp redop = a.redop == "avg" ? ReduceOp::avg : ReduceOp::sum;
+  const size_t esz = dtype_size(dt);
+  const CollectiveKind kind = a.op == "all_gather" ? CollectiveKind::all_gather
+                              : a.op == "reduce_scatter" ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
+  const double bus_factor = kind == CollectiveKind::all_reduce ? 2.0 * (N - 1) / N : double(N - 1) / N;
+  const bool print = r == 0;
+  if (print && !a.json) {
+    std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
+                a.op.c_str(), N, c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters, a.warmup);
+    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong");
+    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+    std::fflush(stdout);
+  }
+  uint64_t wrong_total = 0;
+  for (size_t bytes = std::max<size_t>(min_b, esz); bytes <= max_b; bytes *= 2) {
+    const size_t count = bytes / esz;
+    const size_t nbytes = count * esz;
+    ShardRange mine = shard_of(count, N, r);
+    Typed full(dt, count), shard(dt, mine.count);
+    auto run_once = [&] {
+      if (kind == CollectiveKind::all_reduce) c.all_reduce(full.data(), count, dt, redop);
+      else if (kind == CollectiveKind::reduce_scatter) c.reduce_scatter(full.data(), shard.data(), count, dt, redop);
+      else c.all_gather(shard.data(), full.data(), count, dt);
+    };
+    for (size_t i = 0; i < count; ++i) full.set(i, input_value(r, i));
+    for (int k = 0; k < a.warmup; ++k) run_once();
+    c.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < a.iters; ++k) run_once();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                std::max(1, a.iters);
+    // The checked run, on fresh inputs.
+    for (size_t i = 0; i < count; ++i) full.set(i, kind == CollectiveKind::all_gather ? -1.0f : input_value(r, i));
+    for (size_t i = 0; i < mine.count; ++i) shard.set(i, float(int((mine.offset + i) % 241)));
+    c.reset_stats();
+    run_once();
+    uint64_t sent = c.stats().total().bytes_sent;
+    uint64_t wrong = 0;
+    auto expect = [&](size_t i) {
+      if (kind == CollectiveKind::all_gather) return float(int(i % 241));
+      float s = 0;
+      for (int q = 0; q < N; ++q) s += input_value(q, i);
+      float v = redop == ReduceOp::avg ? s / float(N) : s;
+      return dt == DType::bf16 ? bf16_to_float(float_to_bf16(v)) : v;
+    };
+    if (kind == CollectiveKind::reduce_scatter) {
+      for (size_t i = 0; i < mine.count; ++i) wrong += shard.get(i) != expect(mine.offset + i);
+    } else {
+      for (size_t i = 0; i < count; ++i) wrong += full.get(i) != expect(i);
+    }
+    // Gather every rank's time and #wrong: the slowest rank's time, the sum of #wrong.
+    std::vector<float> times(N), my_time{float(us)};
+    c.all_gather(my_time.data(), times.data(), N, DType::f32);
+    std::vector<float> wrong_all{float(wrong)};
+    c.all_reduce(wrong_all.data(), 1, DType::f32, ReduceOp::sum);
+    double t = 0;
+    for (float x : times) t = std::max(t, double(x));
+    uint64_t w = static_cast<uint64_t>(wrong_all[0]);
+    wrong_total += w;
+    double algbw = t > 0 ? nbytes / (t * 1e-6) / 1e9 : 0;
+    if (print) {
+      if (a.json) {
+        nlohmann::json j = {{"op", a.op},           {"transport", c.transport_name()}, {"nranks", N},
+                            {"bytes", nbytes},       {"count", count},                 {"dtype", a.dtype},
+                            {"time_us", t},          {"algbw_gbps", algbw},            {"busbw_gbps", algbw * bus_factor},
+                            {"wrong", w},            {"bytes_sent_per_rank", sent}};
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf(" %12zu %12zu %6s %6s %11.2f %9.3f %9.3f %7llu\n", nbytes, count, a.dtype == "bf16" ? "bf16" : "float",
+                    a.redop.c_str(), t, algbw, algbw * bus_factor, static_cast<unsigned long long>(w));
+      }
+      std::fflush(stdout);
+    }
+    if (bytes > max_b / 2) break;  // no overflow past max_b
+  }
+  return wrong_total;
+}
+
+int run_comm_bench(int argc, char** argv) {
+  BenchArgs a;
+  CLI::App app{
+      "Benchmark and check ringzero's ring collectives, nccl-tests style. Starts --nproc ranks\n"
+      "(processes, or threads with --transport thread), times each size from --min-bytes to\n"
+      "--max-bytes (doubling), then checks one run against its closed-form answer. Prints size,\n"
+      "count, type, redop, time (slowest rank, us), algbw, busbw (GB/s) and #wrong; exits 1 if any\n"
+      "result was wrong.",
+      "ringzero comm-bench"};
+  app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
+  app.add_option("--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--transport", a.transport, "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
+      ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
+  app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
+  app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
+  app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--redop", a.redop, "reduction: sum or avg")->check(CLI::IsMember({"sum", "avg"}))->capture_default_str();
+  app.add_option("--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
+  app.add_option("--segment-bytes", a.segment, "ring pipeline segment (suffixes K, M)")->capture_default_str();
+  app.add_option("--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--json", a.json, "one JSON object per size instead of the table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const size_t min_b = parse_bytes(a.min_bytes, "--min-bytes");
+  const size_t max_b = parse_bytes(a.max_bytes, "--max-bytes");
+  const size_t seg = parse_bytes(a.segment, "--segment-bytes");
+  RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
+  RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
+  CommOptions opts;
+  opts.transport = a.transport;
+  opts.timeout_s = a.timeout_s;
+  opts.segment_bytes = seg;
+
+  if (a.transport == "thread") {
+    auto comms = make_thread_communicators(a.nproc, opts);
+    std::vector<uint64_t> wrong(a.nproc);
+    std::vector<std::string> errors(a.nproc);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < a.nproc; ++r)
+      ts.emplace_back([&, r] {
+        try {
+          wrong[r] = bench_rank(*comms[r], a, min_b, max_b, seg);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (auto& e : errors) RZ_CHECK(e.empty(), "%s", e.c_str());
+    return wrong[0] == 0 ? 0 : 1;
+  }
+  if (!launched_by_ringzero() && a.nproc > 1) {
+    std::vector<std::string> child{self_executable()};
+    for (int i = 0; i < argc; ++i) child.push_back(argv[i]);
+    LaunchOptions lo;
+    lo.nproc_per_node = a.nproc;
+    return launch_local_ranks(child, lo);
+  }
+  RankEnv env = rank_env_from_environment();
+  RZ_CHECK(env.world_size == a.nproc || !launched_by_ringzero(),
+           "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.nproc);
+  auto comm = connect_communicator(env, opts);
+  uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg);
+  if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
+const RegisterCommand kRegister{Command{"comm-bench", "benchmark and check the ring collectives (nccl-tests columns)",
+                                        run_comm_bench, 60}};
+
+}  // namespace
+}  // namespace rz
