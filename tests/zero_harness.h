@@ -49,9 +49,10 @@ inline int token_at(int step, int row, int t, int vocab) {
 inline GPT2Config tiny_config() { return model_preset("tiny"); }
 
 // Runs the spec; rank r of micro-step m takes global rows ((m * N) + r) * B .. + B.
-// `hook` (optional) runs on each rank after the first step, before the others.
+// `hook(rank, strategy, stats, comm, model)` runs on each rank's thread after the first
+// step, before the others (it may issue collectives: every rank runs it).
 template <typename Hook>
-RunResult run_ranks(const RunSpec& spec, Hook hook) {
+RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   const int N = spec.nranks;
   CommOptions copts;
   copts.transport = "thread";
@@ -103,7 +104,7 @@ RunResult run_ranks(const RunSpec& spec, Hook hook) {
           StepStats s = st.step(1e-3f);
           res.norms[r].push_back(s.grad_norm);
           res.losses[r].push_back(loss);
-          if (step == 0) hook(r, st, s);
+          if (step == 0) hook(r, st, s, *comms[r], model);
         }
         res.params[r].resize(model.layout().total);
         model.get_params_f32(res.params[r].data());
@@ -116,6 +117,13 @@ RunResult run_ranks(const RunSpec& spec, Hook hook) {
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   return res;
+}
+
+template <typename Hook>
+RunResult run_ranks(const RunSpec& spec, Hook hook) {
+  return run_ranks_with_comm(spec, [&](int r, Strategy& st, const StepStats& s, Communicator&, GPT2&) {
+    hook(r, st, s);
+  });
 }
 
 inline RunResult run_ranks(const RunSpec& spec) {

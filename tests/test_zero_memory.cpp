@@ -1,0 +1,134 @@
+// Tests of `ringzero memory` (through the binary: the article's and the ZeRO paper's
+// numbers) and of the per-rank memory report gathered on thread ranks.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "zero/memory_report.h"
+#include "zero_harness.h"
+
+using namespace rz;
+using namespace rz::test;
+
+// Runs `ringzero <args>` with a 60 s limit; returns stdout, sets rc.
+static std::string run_binary(const std::string& args, int& rc) {
+  std::string cmd = std::string("timeout 60 ") + RINGZERO_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int st = pclose(p);
+  rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+static double states(const nlohmann::json& j, const std::string& strategy, int n, const char* key) {
+  for (const auto& r : j["rows"])
+    if (r["strategy"] == strategy && r["nranks"] == n) return r[key].get<double>();
+  FAIL("no row for " << strategy << " N=" << n);
+  return 0;
+}
+
+TEST_CASE("ringzero memory reproduces 112 GB for 7B bf16 DDP and the ZeRO paper's 7.5B at N = 64") {
+  int rc = 0;
+  std::string out = run_binary("memory --params 7e9 --precision bf16 --strategy ddp", rc);
+  REQUIRE(rc == 0);
+  CHECK(out.find("112.0 GB") != std::string::npos);
+
+  out = run_binary("memory --params 7.5e9 --nranks 64 --json", rc);
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(out);
+  CHECK(states(j, "ddp", 64, "model_states_paper_bytes") == Approx(120e9));
+  CHECK(states(j, "zero1", 64, "model_states_paper_bytes") / 1e9 == Approx(31.4).margin(0.05));
+  CHECK(states(j, "zero2", 64, "model_states_paper_bytes") / 1e9 == Approx(16.6).margin(0.05));
+  // ringzero's zero2 keeps an fp32 gradient shard: 2 + 4/64 + 12/64 bytes/param.
+  CHECK(states(j, "zero2", 64, "model_states_bytes") == Approx(7.5e9 * (2 + 16.0 / 64)));
+
+  out = run_binary("memory --params 7.5e9 --nranks 64", rc);
+  CHECK(out.find("120.0 GB") != std::string::npos);
+  CHECK(out.find("31.4 GB") != std::string::npos);
+  CHECK(out.find("16.6 GB") != std::string::npos);
+
+  // The default table: N = 1, 2, 4, 8, 64 for each strategy.
+  out = run_binary("memory --params 7e9", rc);
+  for (const char* col : {"N=1", "N=2", "N=4", "N=8", "N=64"}) CHECK(out.find(col) != std::string::npos);
+}
+
+TEST_CASE("ringzero memory with a model shape adds staging and activations") {
+  int rc = 0;
+  std::string out = run_binary("memory --model tiny --nranks 2 --batch 4 --precision fp32 --json", rc);
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(out);
+  ModelOptions mo;
+  size_t act = GPT2::activation_bytes(model_preset("tiny"), mo, 4, 64);
+  for (const auto& r : j["rows"]) {
+    CHECK(r["activation_bytes"].get<double>() == double(act));
+    if (r["strategy"] == "zero2") CHECK(r["staging_bytes"].get<double>() > 0);
+    if (r["strategy"] == "ddp") CHECK(r["staging_bytes"].get<double>() == 0);
+  }
+  CHECK(j["params"].get<double>() == double(build_param_layout(model_preset("tiny")).total));
+}
+
+TEST_CASE("ringzero memory rejects bad input with one line") {
+  int rc = 0;
+  std::string out = run_binary("memory --params 7e9 --model d12", rc);
+  CHECK(rc != 0);
+  CHECK(out.find("--params") != std::string::npos);
+  out = run_binary("memory", rc);
+  CHECK(rc != 0);
+  out = run_binary("memory --params -3", rc);
+  CHECK(rc != 0);
+  out = run_binary("memory --model nosuch", rc);
+  CHECK(rc != 0);
+  CHECK(out.find("nosuch") != std::string::npos);
+  out = run_binary("memory --params 1e9 --no-such-flag", rc);
+  CHECK(rc != 0);
+}
+
+TEST_CASE("the memory report gathers every rank's counters next to the formula") {
+  RunSpec spec;
+  spec.nranks = 2;
+  spec.steps = 1;
+  spec.kind = StrategyKind::zero2;
+  spec.precision = Precision::bf16;
+  std::vector<MemoryReport> reports(2);
+  // Reports are gathered inside the run (a collective), right after step 1.
+  StrategyOptions so;
+  so.kind = spec.kind;
+  so.bucket_mb = spec.bucket_mb;
+  so.buckets_in_flight = spec.buckets_in_flight;
+  run_ranks_with_comm(spec, [&](int r, Strategy&, const StepStats& s, Communicator& comm, GPT2& model) {
+    reports[r] = gather_memory_report(comm, model, so);
+    CHECK(s.comm_bytes_sent > 0);
+  });
+  const MemoryReport& rep = reports[0];
+  REQUIRE(rep.ranks.size() == 2);
+  CHECK(rep.transport == "thread");
+  CHECK(rep.formula.total() == Approx(2 + 4.0 / 2 + 12.0 / 2));
+  CHECK(rep.paper.total() == Approx(2 + 2.0 / 2 + 12.0 / 2));
+  // Thread ranks share the tracker, so both rows read the same process-wide counters.
+  CHECK(rep.ranks[0].peak[static_cast<int>(MemTag::grads)] >= 2 * rep.expected.grads);
+  CHECK(rep.ranks[1].current[static_cast<int>(MemTag::master)] ==
+        rep.ranks[0].current[static_cast<int>(MemTag::master)]);
+  auto j = memory_report_json(rep);
+  CHECK(j["ranks"].size() == 2);
+  CHECK(j["strategy"] == "zero2");
+  CHECK(j["expected_bytes"]["comm_staging"].get<size_t>() == rep.expected.staging);
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  print_memory_report(rep, f);
+  std::fclose(f);
+  std::string text(buf, len);
+  free(buf);
+  CHECK(text.find("rank 1 cur / peak") != std::string::npos);
+  CHECK(text.find("reserved for the wte bucket") != std::string::npos);
+}

@@ -1,0 +1,120 @@
+#include "zero/memory_report.h"
+
+#include <cstring>
+
+#include "base/check.h"
+#include "zero/buckets.h"
+#include "zero/zero2.h"
+
+namespace rz {
+
+RankMemory local_rank_memory() {
+  const MemoryTracker& mt = MemoryTracker::global();
+  RankMemory m;
+  for (int i = 0; i < kNumMemTags; ++i) {
+    m.current[i] = mt.current(static_cast<MemTag>(i));
+    m.peak[i] = mt.peak(static_cast<MemTag>(i));
+  }
+  m.peak_total = mt.peak_total();
+  return m;
+}
+
+MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const StrategyOptions& opts) {
+  MemoryReport rep;
+  rep.kind = opts.kind;
+  rep.precision = model.precision();
+  rep.nranks = comm.size();
+  rep.transport = comm.transport_name();
+  const ParamLayout& layout = model.layout();
+  BucketPlan plan = build_bucket_plan(layout, opts.bucket_mb, precision_bytes(rep.precision), rep.nranks);
+  rep.num_params = layout.total;
+  rep.num_buckets = plan.buckets.size();
+  rep.pool_size = opts.kind == StrategyKind::zero2 ? zero2_pool_size(layout, plan, opts.buckets_in_flight) : 0;
+  if (opts.kind == StrategyKind::zero2) {
+    const Bucket& last = plan.buckets.back();
+    rep.wte_bucket_bytes = (last.padded + last.padded / rep.nranks) * precision_bytes(rep.precision);
+  }
+  rep.formula = ringzero_formula(opts.kind, rep.precision, rep.nranks);
+  rep.paper = paper_formula(opts.kind, rep.precision, rep.nranks);
+  rep.expected = exact_state_bytes(plan, opts.kind, rep.precision, rep.pool_size);
+
+  // 17 uint64 per rank, as 34 fp32 words.
+  constexpr size_t kWords = sizeof(RankMemory) / sizeof(float);
+  static_assert(sizeof(RankMemory) == (2 * kNumMemTags + 1) * sizeof(uint64_t));
+  std::vector<RankMemory> all(rep.nranks);
+  all[comm.rank()] = local_rank_memory();
+  comm.all_gather(reinterpret_cast<const float*>(&all[comm.rank()]), all.data(), kWords * rep.nranks,
+                  DType::f32);
+  rep.ranks = std::move(all);
+  return rep;
+}
+
+static std::string mb(double bytes) { return strfmt("%.2f MB", bytes / 1e6); }
+
+void print_memory_report(const MemoryReport& r, FILE* out) {
+  std::fprintf(out, "memory after step 1: %s, %s, N = %d (%s), %zu params, %zu buckets\n",
+               strategy_name(r.kind), precision_name(r.precision), r.nranks, r.transport.c_str(),
+               r.num_params, r.num_buckets);
+  if (r.transport == "thread")
+    std::fprintf(out, "  (thread ranks share one process: every column is the sum over ranks)\n");
+  std::fprintf(out, "  formula (bytes/param): params %.3g + grads %.3g + master %.3g + m %.3g + v %.3g = %.4g"
+               "   [ZeRO paper: %.4g]\n",
+               r.formula.params, r.formula.grads, r.formula.master, r.formula.adam_m, r.formula.adam_v,
+               r.formula.total(), r.paper.total());
+  if (r.kind == StrategyKind::zero2)
+    std::fprintf(out, "  zero2 staging (comm): %d buckets in flight + 1 reserved for the wte bucket (%s)\n",
+                 r.pool_size, mb(double(r.wte_bucket_bytes)).c_str());
+  std::fprintf(out, "  %-12s", "tag");
+  for (int k = 0; k < r.nranks; ++k) std::fprintf(out, "  %24s", strfmt("rank %d cur / peak", k).c_str());
+  std::fprintf(out, "  %14s\n", "formula/rank");
+  const size_t expect[kNumMemTags] = {r.expected.params, r.expected.grads, r.expected.master,
+                                      r.expected.adam_m, r.expected.adam_v, 0, r.expected.staging, 0};
+  for (int i = 0; i < kNumMemTags; ++i) {
+    std::fprintf(out, "  %-12s", mem_tag_name(static_cast<MemTag>(i)));
+    for (const RankMemory& m : r.ranks)
+      std::fprintf(out, "  %24s", (mb(double(m.current[i])) + " / " + mb(double(m.peak[i]))).c_str());
+    bool has_formula = i != static_cast<int>(MemTag::activations) && i != static_cast<int>(MemTag::workspace);
+    std::string f = has_formula ? mb(double(expect[i])) : std::string("-");
+    if (i == static_cast<int>(MemTag::comm)) f += " +transport";
+    std::fprintf(out, "  %14s\n", f.c_str());
+  }
+  std::fprintf(out, "  %-12s", "peak total");
+  for (const RankMemory& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.peak_total)).c_str());
+  std::fprintf(out, "  %14s\n", mb(double(r.expected.total())).c_str());
+}
+
+nlohmann::json memory_report_json(const MemoryReport& r) {
+  using nlohmann::json;
+  auto per_param = [](const PerParamBytes& f) {
+    return json{{"params", f.params}, {"grads", f.grads}, {"master", f.master},
+                {"adam_m", f.adam_m}, {"adam_v", f.adam_v}, {"total", f.total()}};
+  };
+  json j;
+  j["strategy"] = strategy_name(r.kind);
+  j["precision"] = precision_name(r.precision);
+  j["nranks"] = r.nranks;
+  j["transport"] = r.transport;
+  j["num_params"] = r.num_params;
+  j["num_buckets"] = r.num_buckets;
+  j["buckets_in_flight"] = r.pool_size;
+  j["wte_bucket_staging_bytes"] = r.wte_bucket_bytes;
+  j["bytes_per_param"] = per_param(r.formula);
+  j["bytes_per_param_paper"] = per_param(r.paper);
+  j["expected_bytes"] = {{"params", r.expected.params}, {"grads", r.expected.grads},
+                         {"master", r.expected.master}, {"adam_m", r.expected.adam_m},
+                         {"adam_v", r.expected.adam_v}, {"comm_staging", r.expected.staging},
+                         {"total", r.expected.total()}};
+  json ranks = json::array();
+  for (size_t k = 0; k < r.ranks.size(); ++k) {
+    json cur, peak;
+    for (int i = 0; i < kNumMemTags; ++i) {
+      cur[mem_tag_name(static_cast<MemTag>(i))] = r.ranks[k].current[i];
+      peak[mem_tag_name(static_cast<MemTag>(i))] = r.ranks[k].peak[i];
+    }
+    ranks.push_back({{"rank", k}, {"current", cur}, {"peak", peak}, {"peak_total", r.ranks[k].peak_total}});
+  }
+  j["ranks"] = ranks;
+  return j;
+}
+
+}  // namespace rz

@@ -1,0 +1,59 @@
+// zero/memory_report.h: what each rank really holds, next to the formula for its strategy.
+//
+// Every sizeable buffer is a rz::Buffer with a MemTag, so the process-wide MemoryTracker
+// knows current and peak bytes per tag. At the end of the first step the trainer calls
+// gather_memory_report(): each rank's 17 counters (current and peak per tag, peak total)
+// travel to every rank with one AllGather (uint64 words moved as pairs of fp32 words:
+// AllGather copies bytes, it does no arithmetic), and rank 0 prints them side by side
+// with the exact bytes ringzero's allocation rules give for the strategy
+// (zero/memory_formula.h) and writes them as JSON.
+//
+// With the thread transport all ranks share one process and one tracker: each column then
+// shows the sum over ranks, and the report says so.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/memory.h"
+#include "comm/communicator.h"
+#include "model/gpt2.h"
+#include "zero/memory_formula.h"
+#include "zero/strategy.h"
+
+namespace rz {
+
+struct RankMemory {
+  uint64_t current[kNumMemTags] = {};
+  uint64_t peak[kNumMemTags] = {};
+  uint64_t peak_total = 0;
+};
+
+struct MemoryReport {
+  StrategyKind kind = StrategyKind::ddp;
+  Precision precision = Precision::fp32;
+  int nranks = 1;
+  std::string transport;
+  size_t num_params = 0;
+  size_t num_buckets = 0;
+  int pool_size = 0;           // zero2: general staging buffers (plus one reserved for wte's bucket)
+  size_t wte_bucket_bytes = 0;  // zero2: the reserved staging buffer
+  PerParamBytes formula;       // ringzero's bytes/param
+  PerParamBytes paper;         // the ZeRO paper's bytes/param
+  ExactStateBytes expected;    // per rank, padding included
+  std::vector<RankMemory> ranks;
+};
+
+RankMemory local_rank_memory();
+
+// Collective: every rank must call it. Every rank gets the full report.
+MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const StrategyOptions& opts);
+
+void print_memory_report(const MemoryReport& report, FILE* out);
+nlohmann::json memory_report_json(const MemoryReport& report);
+
+}  // namespace rz
