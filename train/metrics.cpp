@@ -1,6 +1,7 @@
 #include "train/metrics.h"
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -14,6 +15,9 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::open(const std::string& path, bool append) {
   if (f_ != nullptr) std::fclose(f_);
   path_ = path;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // fopen below reports failures
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   RZ_CHECK(f_ != nullptr, "metrics: cannot open %s for writing: %s", path.c_str(), errno_string().c_str());
 }
