@@ -1,0 +1,227 @@
+// llm.c model and debug-state files: bitwise round trips, order conversion, bad files.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "base/bf16.h"
+#include "base/check.h"
+#include "model/checkpoint.h"
+#include "model/layout.h"
+
+using namespace rz;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("rz_ckpt_test_" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+std::vector<float> random_params(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> p(n);
+  for (float& x : p) x = d(g);
+  return p;
+}
+
+std::vector<char> slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+}
+
+void spit(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+void set_header(std::vector<char>& bytes, int index, int32_t value) {
+  std::memcpy(bytes.data() + 4 * index, &value, 4);
+}
+
+}  // namespace
+
+TEST_CASE("model file: fp32 write -> read is bitwise, header as llm.c writes it", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  const size_t n = num_parameters(cfg);
+  std::vector<float> p = random_params(n, 1);
+  write_model_file(dir.file("m.bin"), cfg, Precision::fp32, p.data());
+  std::vector<char> raw = slurp(dir.file("m.bin"));
+  REQUIRE(raw.size() == 1024 + 4 * n);
+  int32_t h[8];
+  std::memcpy(h, raw.data(), sizeof(h));
+  CHECK(h[0] == 20240326);
+  CHECK(h[1] == 3);
+  CHECK(h[2] == 64);   // maxT
+  CHECK(h[3] == 257);  // V
+  CHECK(h[4] == 2);    // L
+  CHECK(h[5] == 4);    // NH
+  CHECK(h[6] == 64);   // C
+  CHECK(h[7] == 320);  // Vp
+  // llm.c order: the file's first tensor is wte, the second wpe
+  const ParamLayout lay = build_param_layout(cfg);
+  CHECK(std::memcmp(raw.data() + 1024, p.data() + lay.find(ParamKind::wte).offset, 4 * 320 * 64) == 0);
+  CHECK(std::memcmp(raw.data() + 1024 + 4 * 320 * 64, p.data() + lay.find(ParamKind::wpe).offset, 4 * 64 * 64) == 0);
+  ModelFile mf = read_model_file(dir.file("m.bin"));
+  CHECK(mf.precision == Precision::fp32);
+  CHECK(mf.cfg.channels == 64);
+  CHECK(mf.cfg.padded_vocab_size == 320);
+  REQUIRE(mf.params.size() == n);
+  CHECK(std::memcmp(mf.params.data(), p.data(), 4 * n) == 0);
+  // no temporary file is left behind
+  size_t files = 0;
+  for (auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
+  CHECK(files == 1);
+}
+
+TEST_CASE("model file: bf16 (version 5) round trip is bitwise after rounding", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  const size_t n = num_parameters(cfg);
+  std::vector<float> p = random_params(n, 2);
+  write_model_file(dir.file("a.bin"), cfg, Precision::bf16, p.data());
+  ModelFile mf = read_model_file(dir.file("a.bin"));
+  CHECK(mf.precision == Precision::bf16);
+  REQUIRE(slurp(dir.file("a.bin")).size() == 1024 + 2 * n);
+  for (size_t i = 0; i < n; ++i) REQUIRE(mf.params[i] == bf16_to_float(float_to_bf16(p[i])));
+  write_model_file(dir.file("b.bin"), cfg, Precision::bf16, mf.params.data());
+  CHECK(slurp(dir.file("a.bin")) == slurp(dir.file("b.bin")));
+}
+
+TEST_CASE("llm.c order <-> internal order round trip and known positions", "[checkpoint]") {
+  GPT2Config cfg = model_preset("tiny");
+  cfg.num_layers = 3;
+  finalize_config(cfg);
+  const ParamLayout lay = build_param_layout(cfg);
+  std::vector<float> internal(lay.total), llmc(lay.total), back(lay.total);
+  for (size_t i = 0; i < lay.total; ++i) internal[i] = float(i);
+  internal_to_llmc(cfg, internal.data(), llmc.data());
+  llmc_to_internal(cfg, llmc.data(), back.data());
+  REQUIRE(std::memcmp(back.data(), internal.data(), 4 * lay.total) == 0);
+  const size_t C = 64, Vp = 320, maxT = 64, L = 3;
+  // llm.c: wte, wpe, ln1w[0..L), ln1b[0..L), qkvw[0..L), ...
+  CHECK(llmc[0] == float(lay.find(ParamKind::wte).offset));
+  CHECK(llmc[Vp * C] == float(lay.find(ParamKind::wpe).offset));
+  CHECK(llmc[Vp * C + maxT * C + 1 * C] == float(lay.find(ParamKind::ln1w, 1).offset));
+  CHECK(llmc[Vp * C + maxT * C + L * C + 2 * C + 5] == float(lay.find(ParamKind::ln1b, 2).offset + 5));
+  CHECK(llmc[lay.total - 2 * C] == float(lay.find(ParamKind::lnfw).offset));  // lnfw then lnfb last
+  CHECK(llmc[lay.total - C] == float(lay.find(ParamKind::lnfb).offset));
+  CHECK(llmc[lay.total - 1] == float(lay.find(ParamKind::lnfb).offset + C - 1));
+}
+
+TEST_CASE("bad model files are one-line errors naming the file", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  std::vector<float> p = random_params(num_parameters(cfg), 3);
+  const std::string good = dir.file("good.bin"), bad = dir.file("bad.bin");
+  write_model_file(good, cfg, Precision::fp32, p.data());
+  const std::vector<char> raw = slurp(good);
+
+  auto expect = [&](const std::vector<char>& bytes, const char* what) {
+    spit(bad, bytes);
+    try {
+      read_model_file(bad);
+      FAIL("no error for " << what);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      INFO(what << ": " << msg);
+      CHECK(msg.find(bad) != std::string::npos);
+      CHECK(msg.find('\n') == std::string::npos);
+      CHECK(msg.find(what) != std::string::npos);
+    }
+  };
+  expect(std::vector<char>(raw.begin(), raw.begin() + 100), "truncated");
+  expect(std::vector<char>(raw.begin(), raw.end() - 4), "needs");  // params cut short
+  std::vector<char> b = raw;
+  b.push_back(0);
+  expect(b, "needs");  // trailing bytes
+  b = raw;
+  set_header(b, 0, 12345);
+  expect(b, "bad magic");
+  b = raw;
+  set_header(b, 1, 4);
+  expect(b, "unknown version 4");
+  b = raw;
+  set_header(b, 6, 1 << 30);  // absurd C: must fail before any allocation
+  expect(b, "channels (C)");
+  b = raw;
+  set_header(b, 3, -5);
+  expect(b, "vocab_size (V)");
+  b = raw;
+  set_header(b, 5, 3);  // C = 64 is not a multiple of NH = 3
+  expect(b, "multiple of num_heads");
+  b = raw;
+  set_header(b, 7, 333);
+  expect(b, "padded vocab");
+  b = raw;
+  set_header(b, 4, 1000);  // L = 1000: far larger than the file
+  expect(b, "needs");
+  CHECK_THROWS_WITH(read_model_file(dir.file("missing.bin")), Catch::Contains("missing.bin") && Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(write_model_file(dir.file("no/such/dir/m.bin"), cfg, Precision::fp32, p.data()),
+                    Catch::Contains("no/such/dir"));
+}
+
+TEST_CASE("debug-state file: round trip and bad files", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  DebugState s;
+  s.B = 2;
+  s.T = 3;
+  s.x = {1, 2, 3, 4, 5, 256};
+  s.y = {2, 3, 4, 5, 6, 0};
+  s.logits = random_params(6 * 257, 4);
+  s.loss = 5.25f;
+  s.grads = random_params(num_parameters(cfg), 5);
+  const std::string path = dir.file("state.bin");
+  write_debug_state(path, cfg, s);
+  std::vector<char> raw = slurp(path);
+  int32_t h[4];
+  std::memcpy(h, raw.data(), sizeof(h));
+  CHECK(h[0] == 20240327);
+  CHECK(h[1] == 2);
+  DebugState r = read_debug_state(path, cfg);
+  CHECK(r.B == 2);
+  CHECK(r.T == 3);
+  CHECK(r.x == s.x);
+  CHECK(r.y == s.y);
+  CHECK(r.logits == s.logits);
+  CHECK(r.loss == s.loss);
+  CHECK(std::memcmp(r.grads.data(), s.grads.data(), 4 * s.grads.size()) == 0);
+
+  const std::string bad = dir.file("bad_state.bin");
+  std::vector<char> b = raw;
+  set_header(b, 0, 20240326);
+  spit(bad, b);
+  CHECK_THROWS_WITH(read_debug_state(bad, cfg), Catch::Contains("bad_state.bin") && Catch::Contains("bad magic"));
+  b = raw;
+  set_header(b, 3, 1 << 28);  // T beyond maxT
+  spit(bad, b);
+  CHECK_THROWS_WITH(read_debug_state(bad, cfg), Catch::Contains("bad batch shape"));
+  b = raw;
+  b.resize(b.size() - 8);
+  spit(bad, b);
+  CHECK_THROWS_WITH(read_debug_state(bad, cfg), Catch::Contains("needs"));
+  b = raw;
+  int32_t big = 999;
+  std::memcpy(b.data() + 1024, &big, 4);  // x[0] outside the vocab
+  spit(bad, b);
+  CHECK_THROWS_WITH(read_debug_state(bad, cfg), Catch::Contains("outside [0, 257)"));
+  GPT2Config other = cfg;
+  other.num_layers = 3;
+  finalize_config(other);
+  CHECK_THROWS_WITH(read_debug_state(path, other), Catch::Contains("needs"));  // wrong model
+}

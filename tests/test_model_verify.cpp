@@ -1,0 +1,158 @@
+// `ringzero verify` against an independent fp64 reference, and `ringzero sample`.
+//
+// The test writes both llm.c files itself, byte by byte (not with model/checkpoint), from
+// the naive fp64 GPT-2 in test_model_reference.h: its logits and loss, and gradients by
+// central differences of its loss. verify must pass (also at tolerances 1000x tighter
+// than llm.c's), and fail once one gradient element is perturbed.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "test_model_reference.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = "timeout 120 " + std::string(RINGZERO_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+  int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("rz_verify_test_" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+template <typename X>
+void put(std::ofstream& f, const std::vector<X>& v) {
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(X)));
+}
+
+}  // namespace
+
+TEST_CASE("ringzero verify passes against the fp64 reference and catches a wrong gradient", "[verify]") {
+  TempDir dir;
+  const reftest::RefConfig rc{2, 8, 2, 11, 64, 8};  // L, C, NH, V, Vp, maxT
+  const int B = 2, T = 5;
+  reftest::RefOffsets o(rc);
+  std::mt19937_64 g(17);
+  std::normal_distribution<double> d(0.0, 0.3);
+  std::vector<double> p(o.total);
+  for (double& x : p) x = double(float(d(g)));
+  for (size_t i = 0; i < size_t(rc.L) * rc.C; ++i) {
+    p[o.ln1w + i] = double(float(1 + 0.1 * d(g)));
+    p[o.ln2w + i] = double(float(1 + 0.1 * d(g)));
+  }
+  for (size_t i = size_t(rc.V) * rc.C; i < size_t(rc.Vp) * rc.C; ++i) p[o.wte + i] = 0;  // padded rows
+  std::vector<int> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = int(g() % rc.V);
+    y[i] = int(g() % rc.V);
+  }
+  std::vector<double> logits;
+  const double loss = reftest::ref_forward(rc, p, x.data(), y.data(), B, T, &logits);
+  const std::vector<double> grads = reftest::ref_grads_fd(rc, p, x.data(), y.data(), B, T);
+
+  {
+    std::ofstream f(dir.file("model.bin"), std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240326, h[1] = 3, h[2] = rc.maxT, h[3] = rc.V, h[4] = rc.L, h[5] = rc.NH, h[6] = rc.C, h[7] = rc.Vp;
+    put(f, h);
+    put(f, std::vector<float>(p.begin(), p.end()));
+  }
+  auto write_state = [&](const std::string& path, const std::vector<double>& gr) {
+    std::ofstream f(path, std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240327, h[1] = 2, h[2] = B, h[3] = T;
+    put(f, h);
+    put(f, x);
+    put(f, y);
+    put(f, std::vector<float>(logits.begin(), logits.end()));
+    put(f, std::vector<float>{float(loss)});
+    put(f, std::vector<float>(gr.begin(), gr.end()));
+  };
+  write_state(dir.file("state.bin"), grads);
+
+  const std::string files = "--model " + dir.file("model.bin") + " --state " + dir.file("state.bin");
+  Result r = run("verify " + files);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("dh1.qkvw") != std::string::npos);
+  CHECK(r.output.find("verify: OK") != std::string::npos);
+  std::printf("%s", r.output.substr(r.output.find("verify: loss")).c_str());
+
+  // far tighter than llm.c's bars: fp32 against fp64 finite differences
+  Result tight = run("verify " + files + " --logits-atol 1e-5 --loss-atol 1e-5 --grads-atol 1e-5 --quiet");
+  INFO(tight.output);
+  CHECK(tight.status == 0);
+
+  Result bf = run("verify " + files + " --precision bf16");
+  INFO(bf.output);
+  CHECK(bf.status == 0);
+  std::printf("bf16: %s", bf.output.substr(bf.output.find("verify: loss")).c_str());
+
+  std::vector<double> wrong = grads;
+  wrong[o.qkvw + 3 * rc.C * rc.C + 5] += 0.05;  // one element of layer 1's qkvw
+  write_state(dir.file("wrong.bin"), wrong);
+  Result w = run("verify --model " + dir.file("model.bin") + " --state " + dir.file("wrong.bin"));
+  INFO(w.output);
+  CHECK(w.status != 0);
+  CHECK(w.output.find("dh1.qkvw") != std::string::npos);
+  CHECK(w.output.find("FAIL") != std::string::npos);
+
+  Result missing = run("verify --model " + dir.file("model.bin") + " --state " + dir.file("nope.bin"));
+  CHECK(missing.status == 1);
+  CHECK(missing.output.find("nope.bin") != std::string::npos);
+  CHECK(run("verify --model " + dir.file("model.bin")).status != 0);  // --state is required
+  CHECK(run("verify " + files + " --bogus").status != 0);
+  CHECK(run("verify --help").status == 0);
+}
+
+TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sample]") {
+  TempDir dir;
+  rz::GPT2Config cfg = rz::model_preset("tiny");
+  rz::GPT2 model(cfg, rz::ModelOptions{});
+  model.init_random(5);
+  std::vector<float> w(model.layout().total);
+  model.get_params_f32(w.data());
+  rz::write_model_file(dir.file("m.bin"), cfg, rz::Precision::fp32, w.data());
+  const std::string base = "sample --model " + dir.file("m.bin") + " --tokenizer byte --prompt hello --tokens 20";
+  Result a = run(base + " --seed 3 --top-k 40"), b = run(base + " --seed 3 --top-k 40");
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  CHECK(a.output.rfind("hello", 0) == 0);
+  CHECK(a.output == b.output);
+  Result greedy = run(base + " --temperature 0");
+  CHECK(greedy.status == 0);
+  CHECK(run(base + " --temperature -1").status != 0);
+  CHECK(run("sample --model " + dir.file("none.bin") + " --prompt x").status == 1);
+}

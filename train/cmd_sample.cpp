@@ -1,0 +1,109 @@
+// train/cmd_sample.cpp: `ringzero sample`, text from a saved model.
+//
+// Generation recomputes a full forward over the last maxT tokens for every new token
+// instead of keeping a KV cache. For the models this CPU trainer is for, a forward of at
+// most maxT positions takes milliseconds to a second, the code stays the same forward that
+// training and `verify` check, and nothing new can drift from it; a KV cache would be a
+// second attention path to test for a speed-up that sampling a few hundred tokens does not
+// need.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <sys/stat.h>
+#include <vector>
+
+#include "base/check.h"
+#include "data/tokenizer.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "train/command.h"
+
+namespace rz {
+namespace {
+
+// Draws from softmax(logits / temperature) over the top_k largest logits (all when
+// top_k <= 0); temperature 0 is greedy.
+int draw_token(const float* logits, int V, float temperature, int top_k, std::mt19937_64& rng) {
+  std::vector<int> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  if (temperature <= 0.0f) return int(std::max_element(logits, logits + V) - logits);
+  const int k = top_k > 0 && top_k < V ? top_k : V;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<double> p(k);
+  const double mx = logits[idx[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((double(logits[idx[i]]) - mx) / temperature);
+  const double u = (double(rng() >> 11) * (1.0 / 9007199254740992.0)) * sum;
+  double acc = 0;
+  for (int i = 0; i < k; ++i) {
+    acc += p[i];
+    if (u < acc) return idx[i];
+  }
+  return idx[k - 1];
+}
+
+int run_sample(int argc, char** argv) {
+  std::string model_path, tokenizer_spec = "byte", gpt2_dir, prompt, precision = "fp32";
+  int n_tokens = 64, top_k = 0;
+  float temperature = 1.0f;
+  uint64_t seed = 1337;
+  CLI::App app{
+      "Generate text from a model: encode --prompt (an empty prompt starts from the end-of-text\n"
+      "token), then draw --tokens tokens one at a time, each from the softmax of the last position's\n"
+      "logits divided by --temperature, restricted to the --top-k most likely (0 = all). Temperature 0\n"
+      "is greedy. The prompt and the continuation are printed to stdout as they are produced.",
+      "ringzero sample"};
+  app.add_option("--model", model_path,
+                 "llm.c model file, or a checkpoint directory holding model.bin")->required();
+  app.add_option("--tokenizer", tokenizer_spec, "byte, gpt2 (with --gpt2-dir) or a path to an llm.c tokenizer.bin")
+      ->capture_default_str();
+  app.add_option("--gpt2-dir", gpt2_dir, "directory with GPT-2's encoder.json and vocab.bpe");
+  app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
+  app.add_option("--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app.add_option("--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  struct stat st;
+  if (::stat(model_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) model_path += "/model.bin";
+  ModelFile mf = read_model_file(model_path);
+  auto tok = make_tokenizer(tokenizer_spec, gpt2_dir);
+  RZ_CHECK(tok->vocab_size() <= mf.cfg.vocab_size,
+           "--tokenizer %s has %d tokens but the model %s only %d: they do not belong together",
+           tokenizer_spec.c_str(), tok->vocab_size(), model_path.c_str(), mf.cfg.vocab_size);
+  GPT2 model(mf.cfg, ModelOptions{parse_precision(precision), false});
+  model.set_params_f32(mf.params.data());
+
+  std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  std::mt19937_64 rng(seed);
+  std::vector<float> logits;
+  const int V = tok->vocab_size(), Vp = mf.cfg.padded_vocab_size, maxT = mf.cfg.max_seq_len;
+  for (int i = 0; i < n_tokens; ++i) {
+    const int T = std::min<int>(int(tokens.size()), maxT);
+    model.forward(tokens.data() + tokens.size() - T, nullptr, 1, T);
+    model.logits_f32(logits);
+    const int next = draw_token(logits.data() + size_t(T - 1) * Vp, V, temperature, top_k, rng);
+    tokens.push_back(next);
+    std::fputs(tok->decode_token(next).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+const RegisterCommand kRegister{Command{"sample", "generate text from a saved model", run_sample, 61}};
+
+}  // namespace
+}  // namespace rz
