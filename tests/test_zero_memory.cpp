@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sys/wait.h>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -131,4 +132,28 @@ TEST_CASE("the memory report gathers every rank's counters next to the formula")
   free(buf);
   CHECK(text.find("rank 1 cur / peak") != std::string::npos);
   CHECK(text.find("reserved for the wte bucket") != std::string::npos);
+}
+
+// Real processes over the shm transport (the launcher and `bench-strategies`): fp32
+// without accumulation, the three strategies end with bitwise-equal params (same hash),
+// on 2 and 3 ranks.
+TEST_CASE("ddp, zero1 and zero2 are bitwise equal across processes (shm)") {
+  for (int n : {2, 3}) {
+    int rc = 0;
+    std::string out = run_binary(
+        "bench-strategies --model tiny --nproc " + std::to_string(n) +
+            " --transport shm --steps 10 --warmup 0 --batch 2 --seq 16 --bucket-mb 0.02",
+        rc);
+    INFO(out);
+    REQUIRE(rc == 0);
+    std::vector<std::string> hashes;
+    size_t pos = 0;
+    while ((pos = out.find("hash ", pos)) != std::string::npos) {
+      hashes.push_back(out.substr(pos + 5, 16));
+      pos += 5;
+    }
+    REQUIRE(hashes.size() == 3);
+    CHECK(hashes[0] == hashes[1]);
+    CHECK(hashes[0] == hashes[2]);
+  }
 }

@@ -1,0 +1,199 @@
+// train/cmd_bench_strategies.cpp: `ringzero bench-strategies` -- step time of ddp vs
+// zero1 vs zero2 on --nproc processes, with the share of gradient communication hidden
+// behind backward.
+//
+// Each strategy gets its own launch of --nproc ranks (ringzero re-executes itself; shm
+// between processes on one host). Every rank trains the same model from the same seed on
+// synthetic tokens (a hash of step, rank and position: the numbers measure the machinery,
+// not the data) for --warmup + --steps steps and rank 0 prints one line per strategy:
+//   step_ms     median wall time of a whole step (forward, backward, strategy.step)
+//   fwdbwd_ms   median forward + backward (gradient collectives run meanwhile)
+//   opt_ms      median strategy.step(): exposed comm wait, clip, AdamW, param AllGather
+//   comm_MB     bytes this rank sent per step, all collectives
+//   grad_comm   the fraction of gradient-collective time overlapped with backward
+//   hash        FNV-1a of the final fp32 params: equal hashes = bitwise-equal models
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/check.h"
+#include "comm/factory.h"
+#include "comm/launch.h"
+#include "model/config.h"
+#include "model/gpt2.h"
+#include "train/command.h"
+#include "zero/strategy.h"
+
+namespace rz {
+namespace {
+
+struct BenchArgs {
+  std::string model = "d6";
+  std::string strategy = "all";
+  std::string precision = "fp32";
+  std::string transport = "auto";
+  int nproc = 2;
+  int batch = 4;
+  int seq = 256;
+  int steps = 10;
+  int warmup = 2;
+  int accum = 1;
+  double bucket_mb = 25.0;
+  int buckets_in_flight = 2;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+uint64_t fnv1a(const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int bench_rank(const BenchArgs& a) {
+  RankEnv env = rank_env_from_environment();
+  CommOptions copts;
+  copts.transport = a.transport;
+  auto comm = connect_communicator(env, copts);
+  GPT2Config cfg = model_preset(a.model);
+  RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
+           cfg.max_seq_len, a.seq);
+  ModelOptions mo;
+  mo.precision = parse_precision(a.precision);
+  GPT2 model(cfg, mo);
+  model.init_random(42);
+  StrategyOptions so;
+  so.kind = parse_strategy(a.strategy);
+  so.bucket_mb = a.bucket_mb;
+  so.buckets_in_flight = a.buckets_in_flight;
+  auto st = make_strategy(model, *comm, so);
+
+  const int B = a.batch, T = a.seq, V = cfg.vocab_size;
+  std::vector<int> in(B * T), tg(B * T);
+  std::vector<double> step_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms;
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    auto t0 = Clock::now();
+    for (int m = 0; m < a.accum; ++m) {
+      for (int i = 0; i < B * T + 1; ++i) {
+        uint32_t x = static_cast<uint32_t>(step * 1000003 + (env.rank * a.accum + m) * 7919 + i);
+        x ^= x >> 13;
+        x *= 0x5bd1e995u;
+        x ^= x >> 15;
+        int tok = static_cast<int>(x % static_cast<uint32_t>(V));
+        if (i < B * T) in[i] = tok;
+        if (i > 0) tg[i - 1] = tok;
+      }
+      model.forward(in.data(), tg.data(), B, T);
+      model.backward(st->begin_micro_step(m, a.accum), 1.0f / a.accum);
+      st->end_micro_step();
+    }
+    double fb = ms(t0);
+    auto t1 = Clock::now();
+    StepStats s = st->step(3e-4f);
+    double opt = ms(t1), total = ms(t0);
+    if (step >= a.warmup) {
+      step_ms.push_back(total);
+      fb_ms.push_back(fb);
+      opt_ms.push_back(opt);
+      overlap.push_back(s.comm_overlapped);
+      mb_sent.push_back(s.comm_bytes_sent / 1e6);
+      comm_ms.push_back(s.comm_seconds * 1e3);
+    }
+  }
+  std::vector<float> params(model.layout().total);
+  model.get_params_f32(params.data());
+  if (env.rank == 0) {
+    std::printf("%-6s %-5s N=%d  step_ms %8.1f  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
+                "  grad_comm_overlapped %5.1f%%  hash %016llx\n",
+                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(step_ms), median(fb_ms),
+                median(opt_ms), median(mb_sent), median(comm_ms), 100.0 * median(overlap),
+                static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))));
+    std::fflush(stdout);
+  }
+  comm->barrier();
+  return 0;
+}
+
+int run_bench_strategies(int argc, char** argv) {
+  BenchArgs a;
+  CLI::App app{
+      "Step time of ddp vs zero1 vs zero2 on --nproc ranks (processes), and the share of the\n"
+      "gradient communication hidden behind backward. Synthetic tokens; rank 0 prints one line\n"
+      "per strategy with medians over --steps timed steps (after --warmup) and a hash of the\n"
+      "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).",
+      "ringzero bench-strategies"};
+  app.add_option("--model", a.model, "preset")->capture_default_str();
+  app.add_option("--strategy", a.strategy, "ddp, zero1, zero2 or all")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "all"}))->capture_default_str();
+  app.add_option("--precision", a.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_option("--transport", a.transport, "auto (shm on one host), shm or tcp")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))->capture_default_str();
+  app.add_option("--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
+  app.add_option("--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  model_preset(a.model);  // an unknown preset fails here, before any launch
+
+  if (launched_by_ringzero()) return bench_rank(a);
+
+  std::vector<std::string> kinds;
+  if (a.strategy == "all")
+    kinds = {"ddp", "zero1", "zero2"};
+  else
+    kinds = {a.strategy};
+  for (const std::string& k : kinds) {
+    if (a.nproc == 1) {
+      BenchArgs one = a;
+      one.strategy = k;
+      bench_rank(one);
+      continue;
+    }
+    std::vector<std::string> child{self_executable()};
+    for (int i = 0; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) {
+        ++i;
+        continue;
+      }
+      if (std::strncmp(argv[i], "--strategy=", 11) == 0) continue;
+      child.push_back(argv[i]);
+    }
+    child.push_back("--strategy");
+    child.push_back(k);
+    LaunchOptions lo;
+    lo.nproc_per_node = a.nproc;
+    int rc = launch_local_ranks(child, lo);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+const RegisterCommand kRegister{Command{"bench-strategies",
+                                        "step time of ddp vs zero1 vs zero2 and the overlap of gradient comm",
+                                        run_bench_strategies, 70}};
+
+}  // namespace
+}  // namespace rz
