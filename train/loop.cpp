@@ -254,6 +254,8 @@ void Trainer::memory_report() {
   std::fflush(stdout);
   if (!cfg_.memory_report.empty()) {
     const std::string text = memory_report_json(ranks, cfg_.strategy, cfg_.precision, expected);
+    const fs::path parent = fs::path(cfg_.memory_report).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
     write_bytes_atomic(cfg_.memory_report, text.data(), text.size());
   }
 }
