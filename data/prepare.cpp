@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -151,6 +152,7 @@ class Progress {
                  bytes / 1e6, static_cast<unsigned long long>(tokens), bytes / 1e6 / std::max(t, 1e-9),
                  tty_ && !last ? "" : "\n");
   }
+  double cpu_seconds() const { return cpu_now() - cpu_start_; }
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
@@ -160,7 +162,13 @@ class Progress {
   bool printed_ = false;
   double last_t_ = 0;
   uint64_t last_bytes_ = 0;
+  static double cpu_now() {
+    timespec ts;
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+  }
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double cpu_start_ = cpu_now();
 };
 
 void make_dirs(const std::string& dir) {
@@ -340,6 +348,7 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   keep.insert(stats.val_shards.begin(), stats.val_shards.end());
   remove_stale_shards(opt.out_dir, keep);
   stats.seconds = progress.seconds();
+  stats.cpu_seconds = progress.cpu_seconds();
   return stats;
 }
 

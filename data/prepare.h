@@ -25,7 +25,8 @@ struct PrepareStats {
   uint64_t train_docs = 0, val_docs = 0, empty_docs = 0;
   std::vector<std::string> sources;      // the input files, in the order read
   std::vector<std::string> train_shards, val_shards;  // file names inside out_dir
-  double seconds = 0;
+  double seconds = 0;                    // wall time from the first read to meta.json
+  double cpu_seconds = 0;                // this process's CPU time over the same span
 };
 
 // The input files PrepareOptions::inputs name, in order, each once (symlinks resolved).

@@ -37,7 +37,7 @@ struct Scanner {
     unsigned c = s[p];
     if (c < 0x80) {
       *len = 1;
-      return unicode::classify(c);
+      return unicode::kAsciiClass[c];
     }
     uint32_t cp = unicode::decode_utf8(s + p, n - p, len);
     return unicode::classify(cp);

@@ -1,8 +1,6 @@
 // data/unicode.cpp: character classes for the GPT-2 pre-tokenizer.
 #include "data/unicode.h"
 
-#include <array>
-
 namespace rz::unicode {
 
 namespace {
@@ -20,23 +18,30 @@ bool is_white_space(uint32_t cp) {
   }
 }
 
-std::array<CharClass, 128> make_ascii_table() {
-  std::array<CharClass, 128> t{};
-  for (int c = 0; c < 128; c++) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) t[c] = kLetter;
-    else if (c >= '0' && c <= '9') t[c] = kNumber;
-    else if (is_white_space(static_cast<uint32_t>(c))) t[c] = kSpace;
-    else t[c] = kOther;
-  }
-  return t;
-}
-
-const std::array<CharClass, 128> kAscii = make_ascii_table();
-
 }  // namespace
 
+// 0x09..0x0D and 0x20 are white space, 0-9 numbers, A-Z a-z letters, the rest other.
+const CharClass kAsciiClass[128] = {
+    kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x00
+    kOther,  kSpace,  kSpace,  kSpace,  kSpace,  kSpace,  kOther,  kOther,   // 0x08
+    kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x10
+    kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x18
+    kSpace,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x20
+    kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x28
+    kNumber, kNumber, kNumber, kNumber, kNumber, kNumber, kNumber, kNumber,  // 0x30
+    kNumber, kNumber, kOther,  kOther,  kOther,  kOther,  kOther,  kOther,   // 0x38
+    kOther,  kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x40
+    kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x48
+    kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x50
+    kLetter, kLetter, kLetter, kOther,  kOther,  kOther,  kOther,  kOther,   // 0x58
+    kOther,  kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x60
+    kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x68
+    kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter, kLetter,  // 0x70
+    kLetter, kLetter, kLetter, kOther,  kOther,  kOther,  kOther,  kOther,   // 0x78
+};
+
 CharClass classify(uint32_t cp) {
-  if (cp < 128) return kAscii[cp];
+  if (cp < 128) return kAsciiClass[cp];
   if (cp == kInvalid) return kOther;
   if (is_white_space(cp)) return kSpace;
   int lo = 0, hi = kNumCategoryRanges - 1;

@@ -27,6 +27,8 @@ constexpr uint32_t kInvalid = 0xFFFFFFFFu;  // a byte that does not start valid 
 // The class of code point cp (kInvalid -> kOther).
 CharClass classify(uint32_t cp);
 
+extern const CharClass kAsciiClass[128];  // classify() for 0..127, inlined by the scanner
+
 // Decodes one code point from s[0..n) (n >= 1). Sets *len to the bytes consumed (1..4).
 // Overlong forms, surrogates, values above U+10FFFF and truncated sequences give kInvalid
 // with *len = 1.

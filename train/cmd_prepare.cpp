@@ -43,9 +43,10 @@ int run_prepare(int argc, char** argv) {
   }
   opt.progress = !quiet;
   PrepareStats s = prepare_dataset(opt);
-  std::printf("prepare: %zu files, %.2f MB of text in %.2f s (%.1f MB/s), tokenizer %s\n",
+  std::printf("prepare: %zu files, %.2f MB of text in %.2f s (%.1f MB/s; %.2f s CPU, %.1f MB per CPU "
+              "second), tokenizer %s\n",
               s.sources.size(), s.bytes / 1e6, s.seconds, s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1e-9),
-              opt.tokenizer.c_str());
+              s.cpu_seconds, s.bytes / 1e6 / (s.cpu_seconds > 0 ? s.cpu_seconds : 1e-9), opt.tokenizer.c_str());
   std::printf("prepare: train %llu tokens in %zu shards (%llu documents), val %llu tokens in %zu shards "
               "(%llu documents) -> %s\n",
               static_cast<unsigned long long>(s.train_tokens), s.train_shards.size(),
