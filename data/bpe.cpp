@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -266,6 +267,7 @@ class Gpt2Tokenizer final : public Tokenizer {
     std::vector<int>& w = scratch_;
     w.clear();
     for (char c : word) w.push_back(byte_token_[static_cast<unsigned char>(c)]);
+    if (w.size() > kLongWord) merge_long(&w);
     while (w.size() >= 2) {
       int best_rank = -1, best_id = -1;
       size_t best_i = 0;
@@ -292,6 +294,53 @@ class Gpt2Tokenizer final : public Tokenizer {
     }
     cache_.insert(word, h, w.data(), static_cast<uint32_t>(w.size()));
     out->insert(out->end(), w.begin(), w.end());
+  }
+
+  // Long pre-tokens (a megabyte of letters without a space) would make the rescanning loop
+  // above quadratic. For them: a heap of candidate pairs ordered by (rank, position), popped
+  // lowest first, with stale entries skipped. It performs the same merges as the loop as long
+  // as a merge's result only takes part in later (higher-ranked) merges, which holds for a
+  // vocab.bpe learned in order such as GPT-2's.
+  static constexpr size_t kLongWord = 256;
+  void merge_long(std::vector<int>* w) const {
+    size_t n = w->size();
+    std::vector<int>& id = *w;
+    std::vector<int32_t> prev(n), next(n);  // -1: none
+    for (size_t i = 0; i < n; i++) {
+      prev[i] = static_cast<int32_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    }
+    struct Cand {
+      int rank;
+      int32_t pos;
+      int left, right;
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+    auto push = [&](int32_t i) {
+      if (i < 0 || next[i] < 0) return;
+      auto it = merges_.find(pair_key(id[i], id[next[i]]));
+      if (it != merges_.end()) heap.push(Cand{it->second.rank, i, id[i], id[next[i]]});
+    };
+    for (size_t i = 0; i + 1 < n; i++) push(static_cast<int32_t>(i));
+    std::vector<bool> dead(n, false);
+    while (!heap.empty()) {
+      Cand c = heap.top();
+      heap.pop();
+      int32_t i = c.pos;
+      if (dead[i] || next[i] < 0 || id[i] != c.left || id[next[i]] != c.right) continue;  // stale
+      int32_t j = next[i];
+      id[i] = merges_.find(pair_key(c.left, c.right))->second.id;
+      dead[j] = true;
+      next[i] = next[j];
+      if (next[j] >= 0) prev[next[j]] = i;
+      push(prev[i]);
+      push(i);
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!dead[i]) id[o++] = id[i];
+    w->resize(o);
   }
 
   std::unordered_map<std::string, int> encoder_;  // byte-mapped spelling -> id
