@@ -167,6 +167,18 @@ TEST_CASE("a hand-made BPE vocabulary encodes as worked out by hand") {
   CHECK(tok->encode("llll") == std::vector<int>{256, 256});
   CHECK(tok->encode("hello hello") == std::vector<int>{259, ' ', 259});  // no " h" merge
   CHECK(tok->encode("\n") == std::vector<int>{'\n'});
+  // Pre-tokens over 256 bytes take the heap-ordered merge path: same answers.
+  std::vector<int> ls(300, 256);
+  ls.push_back('l');
+  CHECK(tok->encode(std::string(601, 'l')) == ls);
+  std::string hellos;
+  for (int i = 0; i < 100; i++) hellos += "hello";
+  CHECK(tok->encode(hellos) == std::vector<int>(100, 259));
+  CHECK(tok->encode("x" + hellos) == [] {
+    std::vector<int> v = {'x'};  // "xh" has no merge: x stays alone
+    v.insert(v.end(), 100, 259);
+    return v;
+  }());
   CHECK(tok->decode({259, 262, 'l', 'd'}) == "hello world");
   CHECK(tok->decode({263}) == "<|endoftext|>");
   REQUIRE_THROWS_WITH(tok->decode({264}), Catch::Contains("token id 264 outside [0, 264)"));
