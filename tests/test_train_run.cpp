@@ -326,3 +326,38 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     CHECK(last_line(r.output) == "ringzero train: error: total_batch_tokens: 1000 is not a multiple of B*T*world = 4*32*1 = 128");
   }
 }
+
+TEST_CASE("a non-finite loss stops the run naming the step, or is skipped with --skip-nonfinite") {
+  // lr 1e30 blows the parameters up in one step, so step 2's loss is NaN.
+  Result r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0"));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(last_line(r.output) == "ringzero train: error: step 2: the loss is NaN at micro-step 0; stopping (--skip-nonfinite skips such steps)");
+  const fs::path metrics = work_dir() / "nan.jsonl";
+  r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0 --skip-nonfinite --metrics " + quote(metrics.string())));
+  CHECK(r.status == 0);
+  const auto m = read_metrics(metrics);
+  REQUIRE(m.size() == 4);
+  CHECK_FALSE(m[0].contains("skipped"));
+  for (int i = 1; i < 4; ++i) {
+    CHECK(m[i]["skipped"] == true);
+    CHECK(m[i]["loss"].is_null());
+  }
+}
+
+TEST_CASE("--init starts from an llm.c model file") {
+  const fs::path ref = reference_run();
+  const auto a = read_metrics(ref / "m.jsonl");
+  const fs::path metrics = work_dir() / "init.jsonl";
+  Result r = run(tiny_args("--steps 2 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string()) +
+                           " --metrics " + quote(metrics.string())));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto m = read_metrics(metrics);
+  REQUIRE(m.size() == 2);
+  // The trained model's loss, not a fresh model's (ln 257 = 5.55).
+  CHECK(m[0]["loss"].get<double>() < 0.9 * a[0]["loss"].get<double>());
+  r = run(tiny_args("--steps 2 --init /nonexistent/model.bin"));
+  CHECK(r.status == 1);
+  CHECK(last_line(r.output) == "ringzero train: error: init: /nonexistent/model.bin: no such file");
+}

@@ -316,6 +316,7 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
       o = app.add_flag(flag + "{true}", given[k.name], k.help);
     else
       o = app.add_option(flag, given[k.name], k.help)->type_name(kind_of(k.field));
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
     opts.emplace_back(k.name, o);
   }
   try {

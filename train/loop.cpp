@@ -300,6 +300,7 @@ int Trainer::run() {
                                      : "; stopping (--skip-nonfinite skips such steps)");
         for (int rest = 1; rest < accum_; ++rest) train_->next_batch(inputs_.data(), targets_.data());
         rec.skipped = true;
+        rec.grad_norm = NAN;  // no backward ran: there is no gradient to measure
         loss_sum = loss * accum_;
         break;
       }
