@@ -316,7 +316,9 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
       o = app.add_flag(flag + "{true}", given[k.name], k.help);
     else
       o = app.add_option(flag, given[k.name], k.help)->type_name(kind_of(k.field));
-    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    const std::string def = get_config_value(TrainConfig{}, k.name);
+    if (!def.empty() && k.field.index() != 4) o->default_str(k.field.index() == 3 ? strfmt("%g", std::stod(def)) : def);  // a repeated flag: the last one wins
     opts.emplace_back(k.name, o);
   }
   try {
