@@ -38,6 +38,7 @@ struct BenchArgs {
   std::string precision = "fp32";
   std::string transport = "auto";
   int nproc = 2;
+  int vocab = 0;  // 0: the preset's
   int batch = 4;
   int seq = 256;
   int steps = 10;
@@ -66,6 +67,10 @@ int bench_rank(const BenchArgs& a) {
   copts.transport = a.transport;
   auto comm = connect_communicator(env, copts);
   GPT2Config cfg = model_preset(a.model);
+  if (a.vocab > 0) {
+    cfg.vocab_size = a.vocab;
+    finalize_config(cfg);
+  }
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
            cfg.max_seq_len, a.seq);
   ModelOptions mo;
@@ -137,6 +142,8 @@ int run_bench_strategies(int argc, char** argv) {
       "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).",
       "ringzero bench-strategies"};
   app.add_option("--model", a.model, "preset")->capture_default_str();
+  app.add_option("--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
+      ->check(CLI::Range(1, 1 << 24));
   app.add_option("--strategy", a.strategy, "ddp, zero1, zero2 or all")
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "all"}))->capture_default_str();
   app.add_option("--precision", a.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
