@@ -8,9 +8,9 @@
 
 namespace rz {
 
-RankMemory local_rank_memory() {
+RankMemoryCounters local_rank_memory() {
   const MemoryTracker& mt = MemoryTracker::global();
-  RankMemory m;
+  RankMemoryCounters m;
   for (int i = 0; i < kNumMemTags; ++i) {
     m.current[i] = mt.current(static_cast<MemTag>(i));
     m.peak[i] = mt.peak(static_cast<MemTag>(i));
@@ -39,9 +39,9 @@ MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const S
   rep.expected = exact_state_bytes(plan, opts.kind, rep.precision, rep.pool_size);
 
   // 17 uint64 per rank, as 34 fp32 words.
-  constexpr size_t kWords = sizeof(RankMemory) / sizeof(float);
-  static_assert(sizeof(RankMemory) == (2 * kNumMemTags + 1) * sizeof(uint64_t));
-  std::vector<RankMemory> all(rep.nranks);
+  constexpr size_t kWords = sizeof(RankMemoryCounters) / sizeof(float);
+  static_assert(sizeof(RankMemoryCounters) == (2 * kNumMemTags + 1) * sizeof(uint64_t));
+  std::vector<RankMemoryCounters> all(rep.nranks);
   all[comm.rank()] = local_rank_memory();
   comm.all_gather(reinterpret_cast<const float*>(&all[comm.rank()]), all.data(), kWords * rep.nranks,
                   DType::f32);
@@ -71,7 +71,7 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
                                       r.expected.adam_m, r.expected.adam_v, 0, r.expected.staging, 0};
   for (int i = 0; i < kNumMemTags; ++i) {
     std::fprintf(out, "  %-12s", mem_tag_name(static_cast<MemTag>(i)));
-    for (const RankMemory& m : r.ranks)
+    for (const RankMemoryCounters& m : r.ranks)
       std::fprintf(out, "  %24s", (mb(double(m.current[i])) + " / " + mb(double(m.peak[i]))).c_str());
     bool has_formula = i != static_cast<int>(MemTag::activations) && i != static_cast<int>(MemTag::workspace);
     std::string f = has_formula ? mb(double(expect[i])) : std::string("-");
@@ -79,7 +79,7 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
     std::fprintf(out, "  %14s\n", f.c_str());
   }
   std::fprintf(out, "  %-12s", "peak total");
-  for (const RankMemory& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.peak_total)).c_str());
+  for (const RankMemoryCounters& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.peak_total)).c_str());
   std::fprintf(out, "  %14s\n", mb(double(r.expected.total())).c_str());
 }
 

@@ -27,7 +27,7 @@
 
 namespace rz {
 
-struct RankMemory {
+struct RankMemoryCounters {
   uint64_t current[kNumMemTags] = {};
   uint64_t peak[kNumMemTags] = {};
   uint64_t peak_total = 0;
@@ -45,10 +45,10 @@ struct MemoryReport {
   PerParamBytes formula;       // ringzero's bytes/param
   PerParamBytes paper;         // the ZeRO paper's bytes/param
   ExactStateBytes expected;    // per rank, padding included
-  std::vector<RankMemory> ranks;
+  std::vector<RankMemoryCounters> ranks;
 };
 
-RankMemory local_rank_memory();
+RankMemoryCounters local_rank_memory();
 
 // Collective: every rank must call it. Every rank gets the full report.
 MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const StrategyOptions& opts);
