@@ -357,6 +357,9 @@ TEST_CASE("--init starts from an llm.c model file") {
   REQUIRE(m.size() == 2);
   // The trained model's loss, not a fresh model's (ln 257 = 5.55).
   CHECK(m[0]["loss"].get<double>() < 0.9 * a[0]["loss"].get<double>());
+  r = run(tiny_args("--steps 2 --layers 3 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string())));
+  CHECK(r.status == 1);
+  CHECK(last_line(r.output).find("layers: 3, but the --init model") != std::string::npos);
   r = run(tiny_args("--steps 2 --init /nonexistent/model.bin"));
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: init: /nonexistent/model.bin: no such file");

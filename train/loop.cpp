@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <tuple>
 
 #include "base/check.h"
 #include "base/memory.h"
@@ -111,6 +112,14 @@ void Trainer::setup() {
   if (!cfg_.init.empty()) {
     init = read_model_file(cfg_.init);
     mcfg_ = init->cfg;
+    // The file's shape is the model's; an explicit shape key that disagrees is a mistake.
+    for (auto [key, want, have] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
+                                   {"channels", cfg_.channels, mcfg_.channels},
+                                   {"heads", cfg_.heads, mcfg_.num_heads},
+                                   {"vocab", cfg_.vocab, mcfg_.vocab_size},
+                                   {"max_seq", cfg_.max_seq, mcfg_.max_seq_len}})
+      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want, cfg_.init.c_str(),
+               have);
   } else {
     mcfg_ = resolve_model_config(cfg_, tok_.get());
   }
