@@ -18,21 +18,31 @@ void adamw_update(P* params, float* master, float* m, float* v, const G* grads, 
   RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
   const float c1 = 1.0f - std::pow(s.beta1, float(s.t));
   const float c2 = 1.0f - std::pow(s.beta2, float(s.t));
+  // One branch-free loop per storage case, so the compiler vectorises each of them.
+  auto update = [&](auto read_w, auto write_w) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < int64_t(n); ++i) {
-    const float g = load(grads[i]) * s.grad_scale;
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    float w;
+    for (int64_t i = 0; i < int64_t(n); ++i) {
+      const float g = load(grads[i]) * s.grad_scale;
+      const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+      const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      float w = read_w(i);
+      w -= s.lr * ((mi / c1) / (std::sqrt(vi / c2) + s.eps) + s.weight_decay * w);
+      write_w(i, w);
+    }
+  };
+  auto from_master = [&](int64_t i) { return master[i]; };
+  if (master == nullptr) {
     if constexpr (std::is_same_v<P, float>)
-      w = master ? master[i] : params[i];
-    else
-      w = master[i];
-    w -= s.lr * ((mi / c1) / (std::sqrt(vi / c2) + s.eps) + s.weight_decay * w);
-    if (master) master[i] = w;
-    if (params) params[i] = store<P>(w);
+      update([&](int64_t i) { return params[i]; }, [&](int64_t i, float w) { params[i] = w; });
+  } else if (params == nullptr) {
+    update(from_master, [&](int64_t i, float w) { master[i] = w; });
+  } else {
+    update(from_master, [&](int64_t i, float w) {
+      master[i] = w;
+      params[i] = store<P>(w);
+    });
   }
 }
 
