@@ -62,6 +62,10 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   CHECK(cfg.resume);
   CHECK(cfg.weight_decay == 0.0);
   CHECK(cfg.save_dir == "ck");
+  TrainConfig cfg2 = cfg;
+  REQUIRE(parse({"--save-dir=", "--steps", "7"}, cfg2));
+  CHECK(cfg2.save_dir.empty());
+  CHECK(cfg2.steps == 7);
   validate_config(cfg);
   const std::string table = format_config_table(cfg);
   CHECK(table.find("strategy") != std::string::npos);

@@ -321,8 +321,18 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
     if (!def.empty() && k.field.index() != 4) o->default_str(k.field.index() == 3 ? strfmt("%g", std::stod(def)) : def);  // a repeated flag: the last one wins
     opts.emplace_back(k.name, o);
   }
+  // "--save-dir=" means an empty value; CLI11 would take the next argument instead.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11's vector form wants the arguments reversed
+    std::string a = argv[i];
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=') {
+      args.emplace_back("");
+      a.pop_back();
+    }
+    args.push_back(a);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return false;
