@@ -165,12 +165,14 @@ void RingCommunicator::comm_thread_main() {
     } catch (...) {
       err = std::current_exception();
     }
+    // Mark the handle finished before the communicator looks idle: a blocking call that
+    // waited for the queue to drain must find every earlier handle done.
+    task->work->finish(err);
     {
       std::lock_guard<std::mutex> l(mu_);
       busy_ = false;
       cv_.notify_all();
     }
-    task->work->finish(err);
   }
 }
 
