@@ -18,35 +18,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    RZ_SYSCHECK(w, "%s: write failed", path.c_str());
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-std::string dir_of(const std::string& path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-
-// Makes a rename durable: fsync the directory that holds the new name.
-void fsync_dir(const std::string& path) {
-  int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::string temp_name(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
-}
-
 }  // namespace
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {
@@ -95,23 +66,16 @@ ShardReader::~ShardReader() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
 }
 
-ShardWriter::ShardWriter(const std::string& path) : path_(path), tmp_path_(temp_name(path)) {
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  RZ_SYSCHECK(fd_, "%s: cannot create", tmp_path_.c_str());
-  int32_t header[256] = {};  // placeholder, rewritten by finish()
-  write_all(fd_, header, sizeof(header), tmp_path_);
+ShardWriter::ShardWriter(const std::string& path) : path_(path), file_(std::make_unique<AtomicFile>(path)) {
+  int32_t header[256] = {};  // zeros until finish() knows the count
+  file_->write(header, sizeof(header));
   buf_.reserve(1 << 20);
 }
 
-ShardWriter::~ShardWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_path_.c_str());
-  }
-}
+ShardWriter::~ShardWriter() = default;
 
 void ShardWriter::append(const int* tokens, size_t n) {
-  RZ_CHECK(fd_ >= 0, "%s: append after finish", path_.c_str());
+  RZ_CHECK(file_ != nullptr, "%s: append after finish", path_.c_str());
   for (size_t i = 0; i < n; i++) {
     RZ_CHECK(tokens[i] >= 0 && tokens[i] < 65536, "%s: token id %d does not fit uint16", path_.c_str(),
              tokens[i]);
@@ -124,28 +88,21 @@ void ShardWriter::append(const int* tokens, size_t n) {
 }
 
 void ShardWriter::flush() {
-  write_all(fd_, buf_.data(), buf_.size() * sizeof(uint16_t), tmp_path_);
+  file_->write(buf_.data(), buf_.size() * sizeof(uint16_t));
   buf_.clear();
 }
 
 void ShardWriter::finish() {
-  RZ_CHECK(fd_ >= 0, "%s: finished twice", path_.c_str());
+  RZ_CHECK(file_ != nullptr, "%s: finished twice", path_.c_str());
   flush();
   int32_t header[256] = {};
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(count_);
-  RZ_SYSCHECK(::lseek(fd_, 0, SEEK_SET), "%s: seek failed", tmp_path_.c_str());
-  write_all(fd_, header, sizeof(header), tmp_path_);
-  RZ_SYSCHECK(::fsync(fd_), "%s: fsync failed", tmp_path_.c_str());
-  RZ_SYSCHECK(::close(fd_), "%s: close failed", tmp_path_.c_str());
-  fd_ = -1;
-  if (::rename(tmp_path_.c_str(), path_.c_str()) < 0) {
-    std::string e = errno_string();
-    ::unlink(tmp_path_.c_str());
-    RZ_FAIL("%s: cannot rename %s into place: %s", path_.c_str(), tmp_path_.c_str(), e.c_str());
-  }
-  fsync_dir(path_);
+  file_->seek(0);
+  file_->write(header, sizeof(header));
+  file_->commit();
+  file_.reset();
 }
 
 void write_shard(const std::string& path, const int* tokens, size_t n) {
@@ -154,25 +111,5 @@ void write_shard(const std::string& path, const int* tokens, size_t n) {
   w.finish();
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  std::string tmp = temp_name(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  RZ_SYSCHECK(fd, "%s: cannot create", tmp.c_str());
-  try {
-    write_all(fd, bytes.data(), bytes.size(), tmp);
-    RZ_SYSCHECK(::fsync(fd), "%s: fsync failed", tmp.c_str());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) < 0) {
-    std::string e = errno_string();
-    ::unlink(tmp.c_str());
-    RZ_FAIL("%s: cannot rename %s into place: %s", path.c_str(), tmp.c_str(), e.c_str());
-  }
-  fsync_dir(path);
-}
 
 }  // namespace rz

@@ -7,8 +7,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+#include "base/file.h"
 
 namespace rz {
 
@@ -42,7 +45,7 @@ class ShardReader {
 class ShardWriter {
  public:
   explicit ShardWriter(const std::string& path);
-  ~ShardWriter();
+  ~ShardWriter();  // an unfinished shard's temporary file is removed
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -53,16 +56,13 @@ class ShardWriter {
 
  private:
   void flush();
-  std::string path_, tmp_path_;
-  int fd_ = -1;
+  std::string path_;
+  std::unique_ptr<AtomicFile> file_;  // null once finished
   uint64_t count_ = 0;
   std::basic_string<uint16_t> buf_;
 };
 
 // Writes a whole shard (tests, small tools).
 void write_shard(const std::string& path, const int* tokens, size_t n);
-
-// Writes bytes to path through a temporary file, fsync and rename.
-void write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace rz

@@ -1,6 +1,8 @@
 // model/checkpoint.cpp: llm.c model and debug-state files (see checkpoint.h).
 #include "model/checkpoint.h"
 
+#include "base/file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -131,39 +133,6 @@ void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal)
 
 ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
 ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
-
-void write_file_atomic(const std::string& path,
-                       const std::vector<std::pair<const void*, size_t>>& parts) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  RZ_CHECK(fd >= 0, "cannot write %s: %s", tmp.c_str(), std::strerror(errno));
-  for (const auto& [data, bytes] : parts) {
-    const char* p = static_cast<const char*>(data);
-    size_t left = bytes;
-    while (left > 0) {
-      ssize_t w = ::write(fd, p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        RZ_FAIL("cannot write %s: %s", tmp.c_str(), std::strerror(err));
-      }
-      p += w;
-      left -= size_t(w);
-    }
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    RZ_FAIL("cannot flush %s: %s", tmp.c_str(), std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    RZ_FAIL("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(err));
-  }
-}
 
 void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precision precision,
                       const float* params_internal) {

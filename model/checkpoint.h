@@ -57,7 +57,4 @@ struct DebugState {
 DebugState read_debug_state(const std::string& path, const GPT2Config& cfg);
 void write_debug_state(const std::string& path, const GPT2Config& cfg, const DebugState& s);
 
-// Writes the parts, in order, to path atomically (temp file in the same directory, fsync, rename).
-void write_file_atomic(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts);
-
 }  // namespace rz

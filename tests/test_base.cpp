@@ -7,7 +7,10 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/file.h"
 #include "base/memory.h"
+
+#include <unistd.h>
 
 using namespace rz;
 
@@ -60,4 +63,39 @@ TEST_CASE("RZ_CHECK throws rz::Error with the formatted message") {
   } catch (const Error& e) {
     REQUIRE(std::string(e.what()) == "bad value 7 for --steps");
   }
+}
+
+TEST_CASE("AtomicFile appears whole on commit and leaves nothing behind otherwise") {
+  char dir[] = "/tmp/rz_atomic_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  std::string path = std::string(dir) + "/f.bin";
+  auto read_all = [](const std::string& p) {
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    if (!f) return std::string("<missing>");
+    std::string s;
+    char buf[256];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) s.append(buf, n);
+    std::fclose(f);
+    return s;
+  };
+  write_file_atomic(path, "old contents");
+  {
+    AtomicFile f(path);
+    f.write("new", 3);
+    REQUIRE(read_all(path) == "old contents");  // nothing visible before commit
+    REQUIRE(read_all(f.temp_path()) == "new");
+  }  // destroyed uncommitted: the temporary is gone, the old file stays
+  REQUIRE(read_all(path) == "old contents");
+  REQUIRE(read_all(path + ".tmp." + std::to_string(getpid())) == "<missing>");
+  {
+    AtomicFile f(path);
+    f.write("xxxxBODY", 8);
+    f.seek(0);
+    f.write("HEAD", 4);
+    f.commit();
+  }
+  REQUIRE(read_all(path) == "HEADBODY");
+  REQUIRE_THROWS_WITH(write_file_atomic(std::string(dir) + "/no/such/dir/f", "x"),
+                      Catch::Contains("no/such/dir/f"));
 }
