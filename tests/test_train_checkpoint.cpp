@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -46,7 +47,7 @@ fs::path write_two_rank_checkpoint(const fs::path& save_dir, uint64_t step = 7) 
   const fs::path dir = checkpoint_dir_name(save_dir.string(), step);
   fs::create_directories(dir);
   std::string model = "pretend llm.c model bytes";
-  write_bytes_atomic((dir / "model.bin").string(), model.data(), model.size());
+  write_file_atomic((dir / "model.bin").string(), model);
   for (int r = 0; r < 2; ++r) {
     RankState s = shard_state(r);
     s.step = step;

@@ -1,8 +1,6 @@
 // train/checkpoint.cpp: the checkpoint container (see checkpoint.h for the layout).
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/file.h"
 
 namespace fs = std::filesystem;
 
@@ -30,47 +29,7 @@ uint64_t fnv_update(uint64_t h, const void* data, size_t bytes) {
   return h;
 }
 
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    RZ_SYSCHECK(n, "%s: write failed", path.c_str());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
-
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  RZ_SYSCHECK(fd, "%s: cannot open for fsync", path.c_str());
-  int rc = ::fsync(fd);
-  ::close(fd);
-  RZ_SYSCHECK(rc, "%s: fsync failed", path.c_str());
-}
-
-void commit_file(const std::string& tmp, const std::string& path) {
-  fsync_path(tmp);
-  RZ_SYSCHECK(::rename(tmp.c_str(), path.c_str()), "%s: cannot rename to %s", tmp.c_str(), path.c_str());
-  fs::path parent = fs::path(path).parent_path();
-  fsync_path(parent.empty() ? "." : parent.string());
-}
-
-void write_bytes_atomic(const std::string& path, const void* data, size_t bytes) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  RZ_SYSCHECK(fd, "%s: cannot create", tmp.c_str());
-  try {
-    write_all(fd, data, bytes, tmp);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  commit_file(tmp, path);
-}
 
 uint64_t file_fnv64(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -112,7 +71,7 @@ void write_rank_state(const std::string& path, const RankState& s) {
   std::memcpy(bytes.data(), header, sizeof(header));
   header[kChecksumWord] = fnv_update(kFnvOffset, bytes.data(), bytes.size());
   std::memcpy(bytes.data(), header, sizeof(header));
-  write_bytes_atomic(path, bytes.data(), bytes.size());
+  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 RankState read_rank_state(const std::string& path) {
@@ -194,7 +153,7 @@ void write_manifest(const std::string& dir, uint64_t step, int world, const std:
   }
   j["files"] = files;
   const std::string text = j.dump(2) + "\n";
-  write_bytes_atomic((fs::path(dir) / "COMPLETE").string(), text.data(), text.size());
+  write_file_atomic((fs::path(dir) / "COMPLETE").string(), text);
 }
 
 CheckpointManifest read_manifest(const std::string& dir) {

@@ -54,11 +54,6 @@ RankState read_rank_state(const std::string& path);
 // FNV-1a 64 of a whole file (throws naming the file if unreadable).
 uint64_t file_fnv64(const std::string& path);
 
-// Atomic file helpers: write to path + ".tmp", fsync, rename over path; fsync a directory.
-void write_bytes_atomic(const std::string& path, const void* data, size_t bytes);
-void fsync_path(const std::string& path);  // a file or a directory
-// Makes an existing file at `tmp` durable under `path` (fsync tmp, rename, fsync dir).
-void commit_file(const std::string& tmp, const std::string& path);
 
 std::string checkpoint_dir_name(const std::string& save_dir, uint64_t step);  // save_dir/step_00000010
 std::string rank_state_name(int rank);                                          // rank_00003.state

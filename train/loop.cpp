@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "base/memory.h"
 #include "comm/factory.h"
 #include "data/loader.h"
@@ -21,16 +22,24 @@
 #include "train/checkpoint.h"
 #include "train/generate.h"
 #include "train/metrics.h"
-#include "train/progress.h"
 #include "train/schedule.h"
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
+#include "zero/memory_report.h"
 #include "zero/strategy.h"
 
 namespace fs = std::filesystem;
 
 namespace rz {
 namespace {
+
+// Collective: every rank's peak bytes (all tags) in MiB, for rank 0's progress line.
+std::vector<float> gather_peak_mib(Communicator& comm) {
+  std::vector<float> all(static_cast<size_t>(comm.size()));
+  const float mine = static_cast<float>(MemoryTracker::global().peak_total()) / (1024.0f * 1024.0f);
+  comm.all_gather(&mine, all.data(), all.size(), DType::f32);
+  return all;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -243,29 +252,15 @@ void Trainer::save(int step) {
 }
 
 void Trainer::memory_report() {
-  std::vector<RankMemory> ranks = gather_rank_memory(*comm_);
+  // zero/ gathers every rank's counters and sets them beside its strategy's formula.
+  const MemoryReport report = gather_memory_report(*comm_, *model_, sopts_);
   if (!rank0()) return;
-  // The formula column: what zero/ says each rank's model states should take.
-  std::vector<size_t> expected(kNumMemTags, SIZE_MAX);
-  BucketPlan plan = build_bucket_plan(model_->layout(), cfg_.bucket_mb, precision_bytes(precision_), world_);
-  int in_flight = cfg_.buckets_in_flight;
-  if (sopts_.kind == StrategyKind::zero2) in_flight = std::max(in_flight, min_buckets_in_flight(model_->layout(), plan));
-  ExactStateBytes ex = exact_state_bytes(plan, sopts_.kind, precision_, in_flight);
-  expected[static_cast<int>(MemTag::params)] = ex.params;
-  expected[static_cast<int>(MemTag::grads)] = ex.grads;
-  expected[static_cast<int>(MemTag::master)] = ex.master;
-  expected[static_cast<int>(MemTag::adam_m)] = ex.adam_m;
-  expected[static_cast<int>(MemTag::adam_v)] = ex.adam_v;
-  const std::string title = strfmt("memory after step 1: %s, %s, %d rank(s), %zu parameters (comm includes %s of staging)",
-                                   cfg_.strategy.c_str(), cfg_.precision.c_str(), world_, model_->layout().total,
-                                   format_bytes(static_cast<double>(ex.staging)).c_str());
-  std::printf("%s", format_memory_table(ranks, title, expected).c_str());
+  print_memory_report(report, stdout);
   std::fflush(stdout);
   if (!cfg_.memory_report.empty()) {
-    const std::string text = memory_report_json(ranks, cfg_.strategy, cfg_.precision, expected);
     const fs::path parent = fs::path(cfg_.memory_report).parent_path();
     if (!parent.empty()) fs::create_directories(parent);
-    write_bytes_atomic(cfg_.memory_report, text.data(), text.size());
+    write_file_atomic(cfg_.memory_report, memory_report_json(report).dump(2) + "\n");
   }
 }
 
