@@ -9,8 +9,10 @@ bash scripts/build.sh
 
 data=build/data/fortunes
 if [ ! -f "$data/train_000000.bin" ] || [ ! -f "$data/tokenizer.bin" ]; then
-  build/ringzero prepare --input /usr/share/games/fortunes --split-fortunes --tokenizer byte \
-    --val-fraction 0.05 --out "$data"
+  # Debian's fortunes package: the literature, science, computers and wisdom files.
+  f=/usr/share/games/fortunes
+  build/ringzero prepare --input "$f/literature" "$f/science" "$f/computers" "$f/wisdom" \
+    --split-fortunes --tokenizer byte --val-fraction 0.05 --out "$data"
 fi
 exec build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
   --data "$data/train_*.bin" --val-data "$data/val_*.bin" \
