@@ -145,7 +145,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::st
   RZ_CHECK(stat(spec.c_str(), &st) == 0 && S_ISREG(st.st_mode),
            "tokenizer '%s': expected byte, gpt2 or the path of an llm.c tokenizer.bin (no such file)",
            spec.c_str());
-  return load_llmc_tokenizer(spec);
+  std::unique_ptr<Tokenizer> tok = load_llmc_tokenizer(spec);
+  // A tokenizer.bin that `prepare --tokenizer byte` wrote is the byte tokenizer itself:
+  // return that, so it can encode (a prompt) as well as decode.
+  auto byte = make_byte_tokenizer();
+  bool is_byte = tok->vocab_size() == byte->vocab_size() && tok->eot() == byte->eot();
+  for (int i = 0; is_byte && i < byte->vocab_size(); ++i) is_byte = tok->decode_token(i) == byte->decode_token(i);
+  return is_byte ? std::move(byte) : std::move(tok);
 }
 
 }  // namespace rz

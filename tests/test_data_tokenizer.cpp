@@ -269,6 +269,10 @@ TEST_CASE("tokenizer.bin is written in llm.c's layout and read back") {
   REQUIRE(back->vocab_size() == 257);
   REQUIRE(back->eot() == 256);
   REQUIRE(back->decode({0xE6, 0x9D, 0xB1}) == "\xE6\x9D\xB1");
+  // make_tokenizer recognises a byte tokenizer.bin as the byte tokenizer, which can encode.
+  auto as_byte = make_tokenizer(path, "");
+  REQUIRE(as_byte->name() == "byte");
+  REQUIRE(as_byte->encode("hi") == std::vector<int>({'h', 'i'}));
 }
 
 TEST_CASE("bad tokenizer files give one-line errors naming the file") {
