@@ -72,6 +72,31 @@ void observe(RingContext& ctx, CollectiveKind phase, int round, bool end, int se
   ctx.observer->on_round(ev);
 }
 
+// One round of either phase: send send_count elements from send_src to the right neighbour
+// and receive recv_count elements from the left, segment by segment and interleaved, so
+// that while this rank consumes segment s its neighbours already move segment s+1.
+// consume(first, n, incoming) takes the n received elements that start at element `first`
+// of the chunk; `incoming` points into the channel's slot and is valid only during the call.
+template <typename Consume>
+void exchange_round(RingContext& ctx, const char* send_src, size_t send_count, size_t recv_count,
+                    size_t esz, Consume consume) {
+  RingChannel& ch = *ctx.channel;
+  const size_t seg = segment_elems(ctx, esz);
+  const size_t nseg_send = (send_count + seg - 1) / seg, nseg_recv = (recv_count + seg - 1) / seg;
+  for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
+    if (s < nseg_send) {
+      const size_t n = std::min(seg, send_count - s * seg);
+      ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
+      ctx.bytes_sent += n * esz;
+    }
+    if (s < nseg_recv) {
+      const size_t first = s * seg, n = std::min(seg, recv_count - first);
+      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { consume(first, n, incoming); });
+      ctx.bytes_recv += n * esz;
+    }
+  }
+}
+
 // The ReduceScatter phase. in: the rank's full input (count elements). The running partial
 // sum of chunk c lives at partial(c); the finished chunk r is written to out.
 template <typename PartialFn>
@@ -79,8 +104,6 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
                           ReduceOp op, PartialFn partial) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
-  const size_t seg = segment_elems(ctx, esz);
-  RingChannel& ch = *ctx.channel;
   for (int k = 1; k <= N - 1; ++k) {
     const int send_chunk = mod(r - k, N), recv_chunk = mod(r - k - 1, N);
     const bool last_hop = k == N - 1;  // recv_chunk == r: the sum is complete after this add
@@ -90,22 +113,9 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
     const char* own = in + rc.offset * esz;
     const int divide_by = last_hop && op == ReduceOp::avg ? N : 0;
     observe(ctx, CollectiveKind::reduce_scatter, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    const size_t nseg_send = (sc.count + seg - 1) / seg, nseg_recv = (rc.count + seg - 1) / seg;
-    for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
-      if (s < nseg_send) {
-        size_t n = std::min(seg, sc.count - s * seg);
-        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
-        ctx.bytes_sent += n * esz;
-      }
-      if (s < nseg_recv) {
-        size_t n = std::min(seg, rc.count - s * seg);
-        char* dst = recv_dst + s * seg * esz;
-        const char* mine = own + s * seg * esz;
-        ch.recv(n * esz, MsgTag::data,
-                [&](const void* incoming) { reduce_elements(dt, dst, incoming, mine, n, divide_by); });
-        ctx.bytes_recv += n * esz;
-      }
-    }
+    exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
+      reduce_elements(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
+    });
     observe(ctx, CollectiveKind::reduce_scatter, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
 }
@@ -114,28 +124,15 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
-  const size_t seg = segment_elems(ctx, esz);
-  RingChannel& ch = *ctx.channel;
   for (int k = 1; k <= N - 1; ++k) {
     const int send_chunk = mod(r - k + 1, N), recv_chunk = mod(r - k, N);
     ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
     char* send_src = out + sc.offset * esz;
     char* recv_dst = out + rc.offset * esz;
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    const size_t nseg_send = (sc.count + seg - 1) / seg, nseg_recv = (rc.count + seg - 1) / seg;
-    for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
-      if (s < nseg_send) {
-        size_t n = std::min(seg, sc.count - s * seg);
-        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
-        ctx.bytes_sent += n * esz;
-      }
-      if (s < nseg_recv) {
-        size_t n = std::min(seg, rc.count - s * seg);
-        char* dst = recv_dst + s * seg * esz;
-        ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, n * esz); });
-        ctx.bytes_recv += n * esz;
-      }
-    }
+    exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
+      std::memcpy(recv_dst + first * esz, incoming, n * esz);
+    });
     observe(ctx, CollectiveKind::all_gather, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
 }
