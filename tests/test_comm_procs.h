@@ -17,8 +17,12 @@
 #include <thread>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
+#include "base/check.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
+#include "test_comm_util.h"
 
 namespace rz::testing {
 
@@ -96,6 +100,48 @@ inline std::vector<RankResult> run_process_ranks(int nranks, const CommOptions& 
     close(pipes[r]);
   }
   return results;
+}
+
+// The process-rank checks shared by test_comm_shm and test_comm_tcp: every collective for
+// N = 1..8 with 8-byte segments, and a 1 MiB AllReduce's byte count, over `transport`.
+inline void check_transport_collectives(const std::string& transport) {
+  for (int N = 1; N <= 8; ++N) {
+    CommOptions o;
+    o.transport = transport;
+    o.segment_bytes = 8;
+    o.timeout_s = 30;
+    auto results = run_process_ranks(N, o, [&](Communicator& c) {
+      if (c.transport_name() != transport) throw Error("transport is " + c.transport_name());
+      check_collectives(c, DType::f32);
+      check_collectives(c, DType::bf16);
+    });
+    for (int r = 0; r < N; ++r) {
+      INFO(transport << ", N = " << N << ", rank " << r << ": " << results[r].error);
+      CHECK(results[r].status == 0);
+    }
+  }
+}
+
+inline void check_transport_allreduce_bytes(const std::string& transport) {
+  const int N = 4;
+  CommOptions o;
+  o.transport = transport;
+  o.timeout_s = 30;
+  auto results = run_process_ranks(N, o, [&](Communicator& c) {
+    const size_t count = 1 << 18;
+    std::vector<float> buf(count);
+    for (size_t i = 0; i < count; ++i) buf[i] = value_of(c.rank(), i);
+    c.all_reduce(buf.data(), count, DType::f32, ReduceOp::sum);
+    for (size_t i = 0; i < count; i += 997)
+      if (buf[i] != expected_reduce(N, i, ReduceOp::sum, DType::f32)) throw Error(strfmt("element %zu wrong", i));
+    const auto& s = c.stats().by_kind[int(CollectiveKind::all_reduce)];
+    if (s.bytes_sent != 2 * (N - 1) * count * 4 / N || s.bytes_recv != s.bytes_sent)
+      throw Error(strfmt("sent %llu bytes", (unsigned long long)s.bytes_sent));
+  });
+  for (int r = 0; r < N; ++r) {
+    INFO(transport << ", rank " << r << ": " << results[r].error);
+    CHECK(results[r].status == 0);
+  }
 }
 
 }  // namespace rz::testing
