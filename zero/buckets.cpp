@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 
@@ -87,6 +88,17 @@ int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
     i = j;
   }
   return need;
+}
+
+PaddedGradBuffer::PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes)
+    : plan_(plan), elem_bytes_(elem_bytes), data_(MemTag::grads, plan.padded_total * elem_bytes) {}
+
+void PaddedGradBuffer::zero() { std::memset(data_.data(), 0, data_.bytes()); }
+
+unsigned char* PaddedGradBuffer::at(size_t offset, size_t count) {
+  RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",
+           offset, count, plan_.total);
+  return data_.data() + plan_.padded_index(offset) * elem_bytes_;
 }
 
 }  // namespace rz

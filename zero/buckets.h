@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/memory.h"
 #include "model/layout.h"
 
 namespace rz {
@@ -63,6 +64,24 @@ struct BucketPlan {
 // nranks < 1.
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
                              int nranks);
+
+// The full gradient buffer of ddp and zero1: every gradient, in the model's precision, at
+// its padded-bucket position (MemTag::grads). Bucket b is then one contiguous range whose
+// padding stays zero, ready to hand to a collective as it is.
+class PaddedGradBuffer {
+ public:
+  PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes);
+  void zero();  // start a new accumulation window
+  // Storage of layout range [offset, offset + count), which lies inside one tensor.
+  unsigned char* at(size_t offset, size_t count);
+  unsigned char* bucket(int b) { return data_.data() + plan_.buckets[b].padded_offset * elem_bytes_; }
+  const unsigned char* data() const { return data_.data(); }
+
+ private:
+  const BucketPlan& plan_;
+  size_t elem_bytes_;
+  Buffer<unsigned char> data_;  // (padded_total) elements
+};
 
 // zero2 needs a staging buffer for every bucket that one backward "group" (lnf, one layer,
 // the embeddings: the units backward reports with grads_ready) writes before it is ready.

@@ -1,6 +1,5 @@
 #include "zero/ddp.h"
 
-#include <cstring>
 
 #include "base/check.h"
 #include "zero/clip.h"
@@ -8,8 +7,7 @@
 namespace rz {
 
 DDPStrategy::DDPStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : StrategyCore(model, comm, opts) {
-  grads_.allocate(MemTag::grads, plan_.padded_total * grad_bytes_);
+    : StrategyCore(model, comm, opts), grads_(plan_, grad_bytes_) {
   if (precision_ == Precision::bf16) {
     master_.allocate(MemTag::master, plan_.total);
     model_.get_params_f32(master_.data());
@@ -18,17 +16,13 @@ DDPStrategy::DDPStrategy(GPT2& model, Communicator& comm, const StrategyOptions&
   v_.allocate(MemTag::adam_v, plan_.total);
 }
 
-void DDPStrategy::begin_window() { std::memset(grads_.data(), 0, grads_.bytes()); }
+void DDPStrategy::begin_window() { grads_.zero(); }
 
-void* DDPStrategy::grad_ptr(size_t offset, size_t count) {
-  RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",
-           offset, count, plan_.total);
-  return grads_.data() + plan_.padded_index(offset) * grad_bytes_;
-}
+void* DDPStrategy::grad_ptr(size_t offset, size_t count) { return grads_.at(offset, count); }
 
 void DDPStrategy::submit_bucket(int b) {
   const Bucket& bk = plan_.buckets[b];
-  grad_work_.push_back(comm_.all_reduce_async(grads_.data() + bk.padded_offset * grad_bytes_,
+  grad_work_.push_back(comm_.all_reduce_async(grads_.bucket(b),
                                               bk.padded, grad_dtype_, ReduceOp::avg));
 }
 
@@ -44,7 +38,7 @@ StepStats DDPStrategy::step(float lr) {
   for (const ParamTensor& t : layout_.tensors) {
     float* master = master_.empty() ? nullptr : master_.data() + t.offset;
     adamw(master, params + t.offset * grad_bytes_,
-          grads_.data() + plan_.padded_index(t.offset) * grad_bytes_, grad_dtype_,
+          grads_.at(t.offset, t.numel), grad_dtype_,
           m_.data() + t.offset, v_.data() + t.offset, t.numel, t.weight_decay, lr, scale);
   }
   return finish_stats(norm);

@@ -32,7 +32,7 @@ class DDPStrategy final : public StrategyCore {
   void begin_window() override;
   void submit_bucket(int b) override;
 
-  Buffer<unsigned char> grads_;  // (padded_total) model precision, MemTag::grads
+  PaddedGradBuffer grads_;       // (padded_total) model precision, MemTag::grads
   Buffer<float> master_;         // (P) bf16 mode only, MemTag::master
   Buffer<float> m_, v_;          // (P) MemTag::adam_m / adam_v
 };

@@ -1,29 +1,23 @@
 #include "zero/zero1.h"
 
-#include <cstring>
 
 #include "base/check.h"
 
 namespace rz {
 
 Zero1Strategy::Zero1Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : ShardedStrategy(model, comm, opts) {
-  grads_.allocate(MemTag::grads, plan_.padded_total * grad_bytes_);
+    : ShardedStrategy(model, comm, opts), grads_(plan_, grad_bytes_) {
   owned_grads_.allocate(MemTag::grads, plan_.owned_numel() * grad_bytes_);
 }
 
-void Zero1Strategy::begin_window() { std::memset(grads_.data(), 0, grads_.bytes()); }
+void Zero1Strategy::begin_window() { grads_.zero(); }
 
-void* Zero1Strategy::grad_ptr(size_t offset, size_t count) {
-  RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",
-           offset, count, plan_.total);
-  return grads_.data() + plan_.padded_index(offset) * grad_bytes_;
-}
+void* Zero1Strategy::grad_ptr(size_t offset, size_t count) { return grads_.at(offset, count); }
 
 void Zero1Strategy::submit_bucket(int b) {
   const Bucket& bk = plan_.buckets[b];
   grad_work_.push_back(comm_.reduce_scatter_async(
-      grads_.data() + bk.padded_offset * grad_bytes_,
+      grads_.bucket(b),
       owned_grads_.data() + plan_.owned_offset(b) * grad_bytes_, bk.padded, grad_dtype_,
       ReduceOp::avg));
 }

@@ -23,7 +23,7 @@ class Zero1Strategy final : public ShardedStrategy {
   void begin_window() override;
   void submit_bucket(int b) override;
 
-  Buffer<unsigned char> grads_;        // (padded_total) model precision, MemTag::grads
+  PaddedGradBuffer grads_;             // (padded_total) model precision, MemTag::grads
   Buffer<unsigned char> owned_grads_;  // (owned_numel) model precision, MemTag::grads
 };
 
