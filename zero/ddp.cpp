@@ -1,5 +1,7 @@
 #include "zero/ddp.h"
 
+#include <cstring>
+
 
 #include "base/check.h"
 #include "zero/clip.h"
