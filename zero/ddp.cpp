@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-
 #include "base/check.h"
 #include "zero/clip.h"
 
