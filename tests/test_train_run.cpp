@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/clock.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -204,8 +206,8 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
     _exit(127);
   }
   // Wait for a complete checkpoint, then find the launcher's children (the ranks).
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto t0 = rz::Clock::now();
+  auto elapsed = [&] { return rz::seconds_since(t0); };
   bool have_ckpt = false;
   while (!have_ckpt && elapsed() < 90) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -240,10 +242,10 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
   REQUIRE(ranks.size() == 2);
   std::sort(ranks.begin(), ranks.end());  // forked in rank order
   REQUIRE(kill(ranks[1], SIGKILL) == 0);
-  const auto killed_at = std::chrono::steady_clock::now();
+  const auto killed_at = rz::Clock::now();
   int st = 0;
   REQUIRE(waitpid(sh, &st, 0) == sh);
-  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const double stop_s = rz::seconds_since(killed_at);
   std::ifstream in(log);
   std::stringstream ss;
   ss << in.rdbuf();

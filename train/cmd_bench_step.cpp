@@ -14,12 +14,12 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/matmul.h"
 #include "model/gpt2.h"
@@ -27,9 +27,6 @@
 
 namespace rz {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct StepTimes {
   double fwd = 0, bwd = 0, opt = 0;

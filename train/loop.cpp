@@ -4,7 +4,6 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/file.h"
 #include "base/memory.h"
 #include "comm/factory.h"
@@ -40,9 +40,6 @@ std::vector<float> gather_peak_mib(Communicator& comm) {
   comm.all_gather(&mine, all.data(), all.size(), DType::f32);
   return all;
 }
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
 std::string data_dir_of(const std::string& pattern) {
@@ -207,8 +204,10 @@ float Trainer::eval_loss() {
 void Trainer::sample(int step) {
   if (!rank0() || tok_ == nullptr) return;
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
+  // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.
+  const float temperature = cfg_.sample_top_k > 0 ? 1.0f : 0.0f;
   std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
-                                         cfg_.sample_top_k, rng_);
+                                         temperature, cfg_.sample_top_k, rng_);
   out.erase(out.begin());
   std::string text;
   for (int t : out) text += t == tok_->eot() ? std::string("\n<|endoftext|>\n") : tok_->decode_token(t);

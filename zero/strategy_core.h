@@ -12,10 +12,10 @@
 // Legend: N ranks, P = layout.total parameters, S_b = shard of bucket b (padded_b / N).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <vector>
 
+#include "base/clock.h"
 #include "zero/buckets.h"
 #include "zero/strategy.h"
 
@@ -52,11 +52,6 @@ class StrategyCore : public Strategy, public GradSink {
   // precision), grad (n, grad_dtype), m, v (n, fp32).
   void adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m, float* v,
              size_t n, bool decay, float lr, float grad_scale) const;
-
-  using Clock = std::chrono::steady_clock;
-  static double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  }
 
   GPT2& model_;
   Communicator& comm_;
