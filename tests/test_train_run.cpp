@@ -17,30 +17,16 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "run_ringzero.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = rz::test::RunResult;
+using rz::test::run_ringzero;
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-Result run(const std::string& args, int timeout_s = 120) {
-  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + quote(RINGZERO_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
 
 fs::path work_dir() {
   static fs::path dir = [] {
@@ -71,7 +57,7 @@ fs::path data_dir() {
       for (int s = 0; s < 60; ++s) out << subj[pick(5)] << " " << verb[pick(5)] << " " << obj[pick(5)] << "\n";
     }
     const fs::path out = work_dir() / "data";
-    Result r = run("prepare --input " + quote(text.string()) + " --tokenizer byte --val-fraction 0.1 --out " +
+    Result r = run_ringzero("prepare --input " + quote(text.string()) + " --tokenizer byte --val-fraction 0.1 --out " +
                    quote(out.string()));
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -114,7 +100,7 @@ std::string last_line(const std::string& s) {
 const fs::path& reference_run() {
   static fs::path dir = [] {
     const fs::path d = work_dir() / "ref";
-    Result r = run(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --save-dir " + quote((d / "ck").string()) +
+    Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --save-dir " + quote((d / "ck").string()) +
                              " --save-every 10 --metrics " + quote((d / "m.jsonl").string())));
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -128,7 +114,7 @@ const fs::path& reference_run() {
 TEST_CASE("a 20-step run on 2 processes learns, for every strategy") {
   for (const char* strategy : {"ddp", "zero1", "zero2"}) {
     const fs::path metrics = work_dir() / (std::string("learn_") + strategy + ".jsonl");
-    Result r = run(tiny_args(std::string("--strategy ") + strategy + " --nproc-per-node 2 --steps 20 --eval-every 10 "
+    Result r = run_ringzero(tiny_args(std::string("--strategy ") + strategy + " --nproc-per-node 2 --steps 20 --eval-every 10 "
                              "--metrics " + quote(metrics.string())));
     INFO(strategy << "\n" << r.output);
     REQUIRE(r.status == 0);
@@ -147,7 +133,7 @@ TEST_CASE("resume from step 10 gives steps 11..20 bitwise equal to the uninterru
   const fs::path d = work_dir() / "resume_same";
   fs::create_directories(d / "ck");
   fs::copy(ref / "ck" / "step_00000010", d / "ck" / "step_00000010", fs::copy_options::recursive);
-  Result r = run(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --resume --save-dir " +
+  Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --resume --save-dir " +
                            quote((d / "ck").string()) + " --metrics " + quote((d / "m.jsonl").string())));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -176,7 +162,7 @@ TEST_CASE("a 2-rank zero2 checkpoint resumes on 1 and on 3 ranks") {
     const fs::path d = work_dir() / ("reshard_" + std::to_string(n));
     fs::create_directories(d / "ck");
     fs::copy(ref / "ck" / "step_00000010", d / "ck" / "step_00000010", fs::copy_options::recursive);
-    Result r = run(tiny_args("--strategy zero2 --nproc-per-node " + std::to_string(n) + " --steps 20 --resume --save-dir " +
+    Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node " + std::to_string(n) + " --steps 20 --resume --save-dir " +
                              quote((d / "ck").string()) + " --metrics " + quote((d / "m.jsonl").string())));
     INFO(n << " ranks\n" << r.output);
     REQUIRE(r.status == 0);
@@ -259,7 +245,7 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
   uint64_t newest = 0;
   for (const auto& e : fs::directory_iterator(d / "ck"))
     if (fs::exists(e.path() / "COMPLETE")) newest = std::max<uint64_t>(newest, std::stoull(e.path().filename().string().substr(5)));
-  Result r = run(tiny_args("--strategy zero2 --resume --save-dir " + quote((d / "ck").string()) + " --steps " +
+  Result r = run_ringzero(tiny_args("--strategy zero2 --resume --save-dir " + quote((d / "ck").string()) + " --steps " +
                            std::to_string(newest + 2)));
   INFO(r.output);
   CHECK(r.status == 0);
@@ -272,7 +258,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     fs::create_directories(d / "ck");
     fs::copy(ref / "ck" / "step_00000020", d / "ck" / "step_00000020", fs::copy_options::recursive);
     damage(d / "ck" / "step_00000020");
-    return run(tiny_args("--strategy zero2 --steps 25 --resume --save-dir " + quote((d / "ck").string())));
+    return run_ringzero(tiny_args("--strategy zero2 --steps 25 --resume --save-dir " + quote((d / "ck").string())));
   };
   SECTION("corrupted rank file") {
     Result r = damaged("corrupt", [](const fs::path& ck) {
@@ -291,7 +277,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     CHECK(last_line(r.output).find("model.bin: truncated") != std::string::npos);
   }
   SECTION("missing data path") {
-    Result r = run("train --model tiny --data /nonexistent/train_*.bin --steps 2");
+    Result r = run_ringzero("train --model tiny --data /nonexistent/train_*.bin --steps 2");
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find('\n') == r.output.size() - 1);  // exactly one line
@@ -300,30 +286,30 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
   SECTION("bad config value in a file") {
     const fs::path cfg = work_dir() / "bad.toml";
     std::ofstream(cfg) << "steps = 10\nstrategy = \"zero9\"\n";
-    Result r = run("train " + quote(cfg.string()) + " --data x.bin");
+    Result r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output == "ringzero train: error: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
     std::ofstream(cfg) << "steps = 10\nbatch = -3.5\n";
-    r = run("train " + quote(cfg.string()) + " --data x.bin");
+    r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     CHECK(r.status == 1);
     CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: batch: expected an int, found a float\n");
   }
   SECTION("bad flag value, and a flag that does not exist") {
-    Result r = run("train --data x.bin --lr fast");
+    Result r = run_ringzero("train --data x.bin --lr fast");
     CHECK(r.status == 1);
     CHECK(r.output == "ringzero train: error: --lr: expected a number, found 'fast'\n");
-    r = run("train --data x.bin --learning-rate 3");
+    r = run_ringzero("train --data x.bin --learning-rate 3");
     CHECK(r.status == 1);
     CHECK(r.output.find("--learning-rate") != std::string::npos);
   }
   SECTION("--device cuda says the CUDA backend cannot train yet") {
-    Result r = run("train --data x.bin --device cuda");
+    Result r = run_ringzero("train --data x.bin --device cuda");
     CHECK(r.status == 1);
     CHECK(r.output.find("device: the CUDA backend cannot train yet") != std::string::npos);
   }
   SECTION("an accumulation that does not divide") {
-    Result r = run(tiny_args("--steps 2 --total-batch-tokens 1000"));
+    Result r = run_ringzero(tiny_args("--steps 2 --total-batch-tokens 1000"));
     CHECK(r.status == 1);
     CHECK(last_line(r.output) == "ringzero train: error: total_batch_tokens: 1000 is not a multiple of B*T*world = 4*32*1 = 128");
   }
@@ -331,12 +317,12 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
 
 TEST_CASE("a non-finite loss stops the run naming the step, or is skipped with --skip-nonfinite") {
   // lr 1e30 blows the parameters up in one step, so step 2's loss is NaN.
-  Result r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0"));
+  Result r = run_ringzero(tiny_args("--steps 4 --lr 1e30 --warmup 0"));
   INFO(r.output);
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: step 2: the loss is NaN at micro-step 0; stopping (--skip-nonfinite skips such steps)");
   const fs::path metrics = work_dir() / "nan.jsonl";
-  r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0 --skip-nonfinite --metrics " + quote(metrics.string())));
+  r = run_ringzero(tiny_args("--steps 4 --lr 1e30 --warmup 0 --skip-nonfinite --metrics " + quote(metrics.string())));
   CHECK(r.status == 0);
   const auto m = read_metrics(metrics);
   REQUIRE(m.size() == 4);
@@ -351,7 +337,7 @@ TEST_CASE("--init starts from an llm.c model file") {
   const fs::path ref = reference_run();
   const auto a = read_metrics(ref / "m.jsonl");
   const fs::path metrics = work_dir() / "init.jsonl";
-  Result r = run(tiny_args("--steps 2 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string()) +
+  Result r = run_ringzero(tiny_args("--steps 2 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string()) +
                            " --metrics " + quote(metrics.string())));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -359,10 +345,10 @@ TEST_CASE("--init starts from an llm.c model file") {
   REQUIRE(m.size() == 2);
   // The trained model's loss, not a fresh model's (ln 257 = 5.55).
   CHECK(m[0]["loss"].get<double>() < 0.9 * a[0]["loss"].get<double>());
-  r = run(tiny_args("--steps 2 --layers 3 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string())));
+  r = run_ringzero(tiny_args("--steps 2 --layers 3 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string())));
   CHECK(r.status == 1);
   CHECK(last_line(r.output).find("layers: 3, but the --init model") != std::string::npos);
-  r = run(tiny_args("--steps 2 --init /nonexistent/model.bin"));
+  r = run_ringzero(tiny_args("--steps 2 --init /nonexistent/model.bin"));
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: init: /nonexistent/model.bin: no such file");
 }

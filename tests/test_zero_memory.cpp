@@ -12,23 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "zero/memory_report.h"
+#include "run_ringzero.h"
 #include "zero_harness.h"
 
 using namespace rz;
 using namespace rz::test;
 
-// Runs `ringzero <args>` with a 60 s limit; returns stdout, sets rc.
+// Runs `ringzero <args>` with a 60 s limit; returns its output, sets rc.
 static std::string run_binary(const std::string& args, int& rc) {
-  std::string cmd = std::string("timeout 60 ") + RINGZERO_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  RunResult r = run_ringzero(args, 60);
+  rc = r.status;
+  return r.output;
 }
 
 static double states(const nlohmann::json& j, const std::string& strategy, int n, const char* key) {
