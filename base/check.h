@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace rz {
 
@@ -19,6 +20,8 @@ struct Error : std::runtime_error {
 
 // printf-style formatting into a std::string.
 std::string strfmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// "a", "a or b", "a, b or c": the allowed values in an error or help line.
+std::string or_list(const std::vector<std::string>& items);
 
 [[noreturn]] void fail(const std::string& msg);
 

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -72,7 +73,8 @@ RankEnv rank_env_from_environment() {
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
-  RZ_CHECK(opts.transport == "auto" || opts.transport == "shm" || opts.transport == "tcp",
+  RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
+               std::end(kProcessTransports),
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
            opts.transport.c_str());

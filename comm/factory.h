@@ -9,8 +9,13 @@
 
 namespace rz {
 
+// The transports connect_communicator accepts between processes (auto = shm when all ranks
+// share a host, else tcp). `thread` is only for ranks that are threads of one process
+// (make_thread_communicators).
+inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
+
 struct CommOptions {
-  std::string transport = "auto";   // auto | thread | shm | tcp; auto = shm when all ranks share a host
+  std::string transport = "auto";   // one of kProcessTransports, or thread
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)

@@ -80,10 +80,16 @@ void finalize_config(GPT2Config& cfg) {
 
 const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
 
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  RZ_FAIL("precision: expected fp32 or bf16, found '%s'", s.c_str());
+std::vector<std::string> precision_names() {
+  std::vector<std::string> names;
+  for (Precision p : kPrecisions) names.emplace_back(precision_name(p));
+  return names;
+}
+
+Precision parse_precision(const std::string& name) {
+  for (Precision p : kPrecisions)
+    if (name == precision_name(p)) return p;
+  RZ_FAIL("precision: expected %s, found '%s'", or_list(precision_names()).c_str(), name.c_str());
 }
 
 }  // namespace rz

@@ -9,16 +9,16 @@
 
 namespace rz::test {
 
-struct RunResult {
+struct BinaryRun {
   int status = -1;     // exit status, or 128 + the signal that ended it
   std::string output;  // stdout and stderr together
 };
 
 // Runs `RINGZERO_BINARY ARGS` through the shell under timeout(1) (killed 5 s after
 // timeout_s), so a hang fails the test instead of blocking CI. ARGS is shell text.
-inline RunResult run_ringzero(const std::string& args, int timeout_s = 120) {
+inline BinaryRun run_ringzero(const std::string& args, int timeout_s = 120) {
   const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " '" + RINGZERO_BINARY + "' " + args + " 2>&1";
-  RunResult r;
+  BinaryRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   char buf[4096];

@@ -1,5 +1,5 @@
 // Tests of the comm subcommands through the real binary: comm-trace prints the seed
-// article's AllGather table, comm-bench checks its results on processes it launches.
+// article's AllGather table (docs/comm.md), comm-bench checks its results on processes it launches.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -8,7 +8,7 @@
 
 using rz::test::run_ringzero;
 
-TEST_CASE("comm-trace all_gather prints the article's round tables") {
+TEST_CASE("comm-trace all_gather prints the seed article's round tables") {
   auto [rc, out] = run_ringzero("comm-trace --op all_gather --nranks 4");
   INFO(out);
   REQUIRE(rc == 0);

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Result = rz::test::RunResult;
+using Result = rz::test::BinaryRun;
 using rz::test::run_ringzero;
 
 struct TempDir {

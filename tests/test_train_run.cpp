@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Result = rz::test::RunResult;
+using Result = rz::test::BinaryRun;
 using rz::test::run_ringzero;
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
@@ -289,7 +289,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     Result r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output == "ringzero train: error: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
+    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
     std::ofstream(cfg) << "steps = 10\nbatch = -3.5\n";
     r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     CHECK(r.status == 1);

@@ -108,7 +108,7 @@ void Trainer::setup() {
   rank_ = env_.rank;
   world_ = env_.world_size;
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
-  precision_ = parse_precision(cfg_.precision);
+  precision_ = cfg_.precision;
   RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
 
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
@@ -154,7 +154,7 @@ void Trainer::setup() {
   model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, false});
   if (init) model_->set_params_f32(init->params.data());
   else model_->init_random(cfg_.seed);
-  sopts_.kind = parse_strategy(cfg_.strategy);
+  sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
   sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
@@ -243,7 +243,7 @@ void Trainer::save(int step) {
   }
   comm_->barrier();  // every rank's part is on disk
   if (rank0()) {
-    write_manifest(dir, static_cast<uint64_t>(step), world_, cfg_.strategy, cfg_.precision);
+    write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
     prune_checkpoints(cfg_.save_dir, cfg_.keep);
     std::printf("saved checkpoint %s\n", dir.c_str());
     std::fflush(stdout);
@@ -252,7 +252,7 @@ void Trainer::save(int step) {
 
 void Trainer::memory_report() {
   // zero/ gathers every rank's counters and sets them beside its strategy's formula.
-  const MemoryReport report = gather_memory_report(*comm_, *model_, sopts_);
+  const MemoryReport report = gather_memory_report(*comm_, *model_, *strategy_);
   if (!rank0()) return;
   print_memory_report(report, stdout);
   std::fflush(stdout);
@@ -268,7 +268,7 @@ int Trainer::run() {
   if (cfg_.resume) resume();
   if (rank0()) {
     std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
-                world_, cfg_.strategy.c_str(), comm_->transport_name().c_str(), model_->layout().total,
+                world_, strategy_name(cfg_.strategy), comm_->transport_name().c_str(), model_->layout().total,
                 mcfg_.num_layers, mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
     std::printf("%s", format_config_table(cfg_).c_str());
     std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,

@@ -7,7 +7,7 @@
 namespace rz {
 
 PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) {
-  RZ_CHECK(nranks >= 1, "--nranks: expected >= 1, got %d", nranks);
+  RZ_CHECK(nranks >= 1, "ranks: expected at least 1, found %d", nranks);
   const double n = nranks;
   const double pb = static_cast<double>(precision_bytes(precision));  // params and grads
   const bool bf16 = precision == Precision::bf16;
@@ -27,21 +27,8 @@ PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nrank
   return f;
 }
 
-size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight) {
-  if (plan.buckets.empty()) return 0;
-  size_t max_other = 0;
-  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b)
-    max_other = std::max(max_other, plan.buckets[b].padded);
-  // Each staging buffer carries its bucket (padded) plus room for the reduce-scattered
-  // shard (padded / N) that the comm thread then adds into the fp32 owned shard.
-  const size_t n = static_cast<size_t>(plan.nranks);
-  const Bucket& last = plan.buckets.back();
-  return static_cast<size_t>(buckets_in_flight) * (max_other + max_other / n) +
-         (last.padded + last.padded / n);
-}
-
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  int buckets_in_flight) {
+                                  const StagingPool& staging) {
   const size_t pb = precision_bytes(precision);
   const bool bf16 = precision == Precision::bf16;
   const size_t owned = plan.owned_numel();
@@ -63,7 +50,7 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
       e.grads = owned * 4;
       e.master = bf16 ? owned * 4 : 0;
       e.adam_m = e.adam_v = owned * 4;
-      e.staging = zero2_staging_elems(plan, buckets_in_flight) * pb;
+      e.staging = staging.total_elems() * pb;
       break;
   }
   return e;

@@ -30,7 +30,7 @@ class StrategyCore : public Strategy, public GradSink {
   void grads_ready(size_t begin, size_t end) override;
   uint64_t optimizer_step() const override { return t_; }
 
-  const BucketPlan& plan() const { return plan_; }
+  const BucketPlan& bucket_plan() const override { return plan_; }
 
  protected:
   // Called when bucket b's gradients are final for this backward (and communication is due).

@@ -6,28 +6,52 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "zero/memory_formula.h"
 
 namespace rz {
 
-int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested) {
-  if (plan.buckets.size() <= 1) return 0;
-  return std::max(requested, min_buckets_in_flight(layout, plan));
+int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
+  const int last = static_cast<int>(plan.buckets.size()) - 1;
+  int need = 1;
+  size_t i = 0;
+  while (i < layout.tensors.size()) {
+    // A group: consecutive tensors of the same layer (lnf, wpe and wte have layer -1 but
+    // are separated by the layers, so they form their own groups).
+    size_t j = i;
+    while (j < layout.tensors.size() && layout.tensors[j].layer == layout.tensors[i].layer) ++j;
+    const ParamTensor& lo = layout.tensors[i];
+    const ParamTensor& hi = layout.tensors[j - 1];
+    int b0 = plan.bucket_of(lo.offset);
+    int b1 = plan.bucket_of(hi.offset + hi.numel - 1);
+    int touched = std::min(b1, last - 1) - b0 + 1;  // general-pool buckets only
+    need = std::max(need, touched);
+    i = j;
+  }
+  return need;
+}
+
+StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan, int requested) {
+  StagingPool pool;
+  if (plan.buckets.empty()) return pool;
+  // Each buffer carries its bucket (padded) plus room for the reduce-scattered shard
+  // (padded / N) that the comm thread then adds into the fp32 owned shard.
+  const size_t n = static_cast<size_t>(plan.nranks);
+  const Bucket& last = plan.buckets.back();
+  pool.reserved_elems = last.padded + last.padded / n;
+  if (plan.buckets.size() == 1) return pool;  // the reserved buffer holds the whole model
+  pool.general = std::max(requested, min_buckets_in_flight(layout, plan));
+  size_t max_other = 0;
+  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b) max_other = std::max(max_other, plan.buckets[b].padded);
+  pool.general_elems = max_other + max_other / n;
+  return pool;
 }
 
 Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : ShardedStrategy(model, comm, opts) {
-  pool_size_ = zero2_pool_size(layout_, plan_, opts.buckets_in_flight);
-  const size_t n = static_cast<size_t>(nranks_);
-  size_t max_other = 0;
-  for (size_t b = 0; b + 1 < plan_.buckets.size(); ++b)
-    max_other = std::max(max_other, plan_.buckets[b].padded);
-  const Bucket& last = plan_.buckets.back();
+  pool_ = zero2_staging_pool(layout_, plan_, opts.buckets_in_flight);
+  pool_size_ = pool_.general;
   staging_.resize(pool_size_ + 1);
-  for (int s = 0; s < pool_size_; ++s)
-    staging_[s].allocate(MemTag::comm, (max_other + max_other / n) * grad_bytes_);
-  staging_[pool_size_].allocate(MemTag::comm, (last.padded + last.padded / n) * grad_bytes_);
-  RZ_ENFORCE_EQ(staging_bytes(), zero2_staging_elems(plan_, pool_size_) * grad_bytes_);
+  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, pool_.general_elems * grad_bytes_);
+  staging_[pool_size_].allocate(MemTag::comm, pool_.reserved_elems * grad_bytes_);
   busy_.assign(pool_size_ + 1, false);
   sent_.assign(pool_size_ + 1, false);
   for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
@@ -57,7 +81,7 @@ int Zero2Strategy::acquire_slot(int b) {
                                            [](bool s) { return s; });
     RZ_CHECK(any_sent,
              "zero2: all %d staging buckets hold unfinished gradients when bucket %d needs one; "
-             "raise --buckets-in-flight",
+             "raise the number of buckets in flight",
              pool_size_, b);
     released_.wait_for(lock, std::chrono::milliseconds(20));
     if (available()) break;

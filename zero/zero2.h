@@ -14,7 +14,8 @@
 // the fp32 owned gradient (MemTag::grads) and returns the buffer to the pool. A grad_ptr
 // that finds the pool empty waits for a release (that time is "exposed" communication);
 // K is raised to the number of buckets one layer spans when it is smaller, since those
-// are all written before any of them is ready. step() waits for the last shard, then
+// are all written before any of them is ready. zero2_staging_pool() (zero/strategy.h) is
+// this sizing rule, written once. step() waits for the last shard, then
 // runs the shared sharded optimizer (zero/sharded.h).
 #pragma once
 
@@ -26,10 +27,6 @@
 
 namespace rz {
 
-// The general pool size zero2 uses for a plan: max(requested, buckets one layer spans),
-// or 0 when the whole model is one bucket (the reserved buffer then holds it).
-int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested);
-
 class Zero2Strategy final : public ShardedStrategy {
  public:
   Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
@@ -38,8 +35,8 @@ class Zero2Strategy final : public ShardedStrategy {
   void* grad_ptr(size_t offset, size_t count) override;
   StepStats step(float lr) override;
 
-  int pool_size() const { return pool_size_; }
-  size_t staging_bytes() const;  // all staging buffers, general and reserved
+  StagingPool staging_pool() const override { return pool_; }
+  size_t staging_bytes() const;  // all staging buffers, general and reserved, as allocated
 
  private:
   void begin_window() override {}
@@ -49,7 +46,8 @@ class Zero2Strategy final : public ShardedStrategy {
   int acquire_slot(int b);  // blocks until a buffer is free; returns its index
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }
 
-  int pool_size_ = 0;                         // general buffers; index pool_size_ is the reserved one
+  StagingPool pool_;                          // zero2_staging_pool() for this plan
+  int pool_size_ = 0;                         // pool_.general; index pool_size_ is the reserved one
   std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) x (bucket + shard) model precision
   std::vector<int> slot_of_;                  // per bucket in this backward: slot, -1 none, -2 sent
   Buffer<float> owned_grads_;                 // (owned_numel) fp32, MemTag::grads
