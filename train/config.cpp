@@ -251,14 +251,14 @@ void from_text(T& dst, const std::string& value) {
   }
 }
 
-const char* toml_type_name(const toml::node& n) {
-  if (n.is_table()) return "table";
-  if (n.is_array()) return "array";
-  if (n.is_string()) return "string";
-  if (n.is_integer()) return "integer";
-  if (n.is_floating_point()) return "float";
-  if (n.is_boolean()) return "boolean";
-  return "date/time";
+const char* toml_type_name(const toml::node& n) {  // with its article
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  if (n.is_string()) return "a string";
+  if (n.is_integer()) return "an integer";
+  if (n.is_floating_point()) return "a float";
+  if (n.is_boolean()) return "a boolean";
+  return "a date/time";
 }
 
 // Sets a field from a TOML value of its own type (an integer is also a float). Throws
@@ -267,7 +267,7 @@ template <typename T>
 void from_toml(T& dst, const toml::node& node, const char* kind) {
   auto wrong = [&] {
     const std::string k = kind;
-    RZ_FAIL("expected %s %s, found a %s", k == "int" ? "an" : "a", k == "float" ? "number" : kind,
+    RZ_FAIL("expected %s %s, found %s", k == "int" ? "an" : "a", k == "float" ? "number" : kind,
             toml_type_name(node));
   };
   if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Precision> ||
@@ -368,8 +368,8 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
 void validate_config(const TrainConfig& c) {
   for (const auto& k : kSettings) naming_key(k.name, [&] { check_allowed(c, k); });
   RZ_CHECK(c.device == "cpu",
-           "device: the CUDA backend cannot train yet (its kernels are built and checked against the CPU by "
-           "test_cuda_kernels, but the model does not run on them); use cpu, found '%s'",
+           "device: the CUDA backend cannot train yet (found '%s'): its kernels are built and checked against the "
+           "CPU by test_cuda_kernels, but the model does not run on them; use cpu",
            c.device.c_str());
   RZ_CHECK(!c.data.empty(), "data: no training data given (--data 'DIR/train_*.bin')");
   RZ_CHECK(c.node_rank < c.nnodes, "node_rank: expected 0..%d, found %d", c.nnodes - 1, c.node_rank);
