@@ -25,6 +25,22 @@ std::string or_list(const std::vector<std::string>& items);
 
 [[noreturn]] void fail(const std::string& msg);
 
+// The names of an enum's values (all: every value, in order; name: a value's name), and
+// the value a name stands for: an unknown one throws "WHAT: expected a, b or c, found 'x'".
+template <typename E, size_t N>
+std::vector<std::string> enum_names(const E (&all)[N], const char* (*name)(E)) {
+  std::vector<std::string> out;
+  for (E e : all) out.emplace_back(name(e));
+  return out;
+}
+
+template <typename E, size_t N>
+E parse_enum(const std::string& s, const E (&all)[N], const char* (*name)(E), const char* what) {
+  for (E e : all)
+    if (s == name(e)) return e;
+  fail(strfmt("%s: expected %s, found '%s'", what, or_list(enum_names(all, name)).c_str(), s.c_str()));
+}
+
 }  // namespace rz
 
 // RZ_CHECK(cond, fmt, ...): throws rz::Error("<formatted message>") when cond is false.

@@ -80,16 +80,10 @@ void finalize_config(GPT2Config& cfg) {
 
 const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
 
-std::vector<std::string> precision_names() {
-  std::vector<std::string> names;
-  for (Precision p : kPrecisions) names.emplace_back(precision_name(p));
-  return names;
-}
+std::vector<std::string> precision_names() { return enum_names(kPrecisions, precision_name); }
 
 Precision parse_precision(const std::string& name) {
-  for (Precision p : kPrecisions)
-    if (name == precision_name(p)) return p;
-  RZ_FAIL("precision: expected %s, found '%s'", or_list(precision_names()).c_str(), name.c_str());
+  return parse_enum(name, kPrecisions, precision_name, "precision");
 }
 
 }  // namespace rz

@@ -24,16 +24,10 @@ const char* strategy_name(StrategyKind k) {
   return "?";
 }
 
-std::vector<std::string> strategy_names() {
-  std::vector<std::string> names;
-  for (StrategyKind k : kStrategyKinds) names.emplace_back(strategy_name(k));
-  return names;
-}
+std::vector<std::string> strategy_names() { return enum_names(kStrategyKinds, strategy_name); }
 
 StrategyKind parse_strategy(const std::string& name) {
-  for (StrategyKind k : kStrategyKinds)
-    if (name == strategy_name(k)) return k;
-  RZ_FAIL("strategy: expected %s, found '%s'", or_list(strategy_names()).c_str(), name.c_str());
+  return parse_enum(name, kStrategyKinds, strategy_name, "strategy");
 }
 
 StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts)
