@@ -24,6 +24,15 @@ std::string strfmt(const char* fmt, ...) {
   return out;
 }
 
+std::string or_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += i + 1 == items.size() ? " or " : ", ";
+    out += items[i];
+  }
+  return out;
+}
+
 void fail(const std::string& msg) { throw Error(msg); }
 
 std::string errno_string() { return std::strerror(errno); }

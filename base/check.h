@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace rz {
 
@@ -19,8 +20,26 @@ struct Error : std::runtime_error {
 
 // printf-style formatting into a std::string.
 std::string strfmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// "a", "a or b", "a, b or c": the allowed values in an error or help line.
+std::string or_list(const std::vector<std::string>& items);
 
 [[noreturn]] void fail(const std::string& msg);
+
+// The names of an enum's values (all: every value, in order; name: a value's name), and
+// the value a name stands for: an unknown one throws "WHAT: expected a, b or c, found 'x'".
+template <typename E, size_t N>
+std::vector<std::string> enum_names(const E (&all)[N], const char* (*name)(E)) {
+  std::vector<std::string> out;
+  for (E e : all) out.emplace_back(name(e));
+  return out;
+}
+
+template <typename E, size_t N>
+E parse_enum(const std::string& s, const E (&all)[N], const char* (*name)(E), const char* what) {
+  for (E e : all)
+    if (s == name(e)) return e;
+  fail(strfmt("%s: expected %s, found '%s'", what, or_list(enum_names(all, name)).c_str(), s.c_str()));
+}
 
 }  // namespace rz
 

@@ -1,6 +1,7 @@
 #include "base/file.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,6 +85,19 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
   AtomicFile f(path);
   for (const auto& [data, bytes] : parts) f.write(data, bytes);
   f.commit();
+}
+
+bool has_glob_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::vector<std::string> glob_paths(const std::string& pattern, const char* what) {
+  glob_t g;
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  RZ_CHECK(rc == 0 || rc == GLOB_NOMATCH, "%s '%s': glob failed", what, pattern.c_str());
+  return out;
 }
 
 }  // namespace rz

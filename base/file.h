@@ -42,4 +42,9 @@ void write_file_atomic(const std::string& path, const std::vector<std::pair<cons
 // file systems that do not support it.
 void fsync_directory(const std::string& dir);
 
+// The paths a shell glob (`*`, `?`, `[...]`) matches, sorted; empty when none match.
+// `what` names the pattern's origin in the error thrown when the glob itself fails.
+bool has_glob_wildcard(const std::string& s);
+std::vector<std::string> glob_paths(const std::string& pattern, const char* what);
+
 }  // namespace rz

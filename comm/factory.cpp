@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "comm/ring_communicator.h"
@@ -42,9 +44,26 @@ std::string host_identity() {
 
 RankEnv rank_env_from_environment() {
   RankEnv e;
-  env_int({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}, 0, 1 << 20, e.rank);
-  env_int({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"}, 1, 1 << 20, e.world_size);
-  env_int({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}, 0, 1 << 20, e.local_rank);
+  struct Launcher {
+    const char* name;
+    const char *rank, *size, *local_rank;
+  };
+  static const Launcher kLaunchers[] = {
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  };
+  for (const Launcher& l : kLaunchers) {
+    if (!env_int({l.rank}, 0, 1 << 20, e.rank)) continue;
+    env_int({l.size}, 1, 1 << 20, e.world_size);
+    env_int({l.local_rank}, 0, 1 << 20, e.local_rank);
+    if (std::strcmp(l.name, "srun") == 0 && e.world_size == 1) {
+      e.rank = e.local_rank = 0;  // a one-task allocation: not a job of ranks
+      break;
+    }
+    e.launcher = l.name;
+    break;
+  }
   env_int({"MASTER_PORT"}, 1, 65535, e.master_port);
   if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != 0) e.master_addr = a;
   if (const char* t = std::getenv("RINGZERO_JOB_TOKEN"); t != nullptr) e.job_token = t;
@@ -54,7 +73,8 @@ RankEnv rank_env_from_environment() {
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
-  RZ_CHECK(opts.transport == "auto" || opts.transport == "shm" || opts.transport == "tcp",
+  RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
+               std::end(kProcessTransports),
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
            opts.transport.c_str());

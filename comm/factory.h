@@ -9,18 +9,31 @@
 
 namespace rz {
 
+// The transports connect_communicator accepts between processes (auto = shm when all ranks
+// share a host, else tcp). `thread` is only for ranks that are threads of one process
+// (make_thread_communicators).
+inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
+
 struct CommOptions {
-  std::string transport = "auto";   // auto | thread | shm | tcp; auto = shm when all ranks share a host
+  std::string transport = "auto";   // one of kProcessTransports, or thread
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
 };
 
-// The identity of this process as a rank, read from the environment: RANK, WORLD_SIZE,
-// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun's names), falling back to SLURM_PROCID /
-// SLURM_NTASKS / SLURM_LOCALID and OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, and the
-// job token RINGZERO_JOB_TOKEN. With none of them set: a single rank (rank 0 of 1).
+// The identity of this process as a rank, read from the environment. The rank, world size
+// and local rank all come from the first launcher whose variables are set:
+//   torchrun (and ringzero's own launcher)  RANK, WORLD_SIZE, LOCAL_RANK
+//   mpirun (Open MPI)                       OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK
+//   srun (SLURM)                            SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, only
+//                                           when SLURM_NTASKS > 1 (a one-task allocation's
+//                                           shell is not a job of ranks: ringzero may
+//                                           launch its own there)
+// plus MASTER_ADDR, MASTER_PORT and the job token RINGZERO_JOB_TOKEN. With none of them
+// set: a single rank (rank 0 of 1) and launcher "". Bad values are errors naming the
+// variable.
 struct RankEnv {
+  const char* launcher = "";  // "torchrun", "mpirun", "srun", or "" when no launcher started this process
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;

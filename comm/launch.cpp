@@ -1,10 +1,8 @@
 #include "comm/launch.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "comm/socket.h"
 
 namespace rz {
 
@@ -143,21 +142,9 @@ std::string self_executable() {
 }
 
 int pick_free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  RZ_SYSCHECK(fd, "launcher: socket()");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
-    std::string why = errno_string();
-    close(fd);
-    RZ_FAIL("launcher: cannot find a free TCP port: %s", why.c_str());
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
+  // The kernel picks the port; the socket is closed again at once, so the port is only
+  // known to have been free a moment ago.
+  return Socket::listen_on(0, "launcher: finding a free port").local_port();
 }
 
 std::string random_job_token() {

@@ -40,7 +40,7 @@ bool launched_by_ringzero();
 // Path of the running executable (/proc/self/exe).
 std::string self_executable();
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port that was free (on every interface) a moment ago.
 int pick_free_port();
 
 // 32 hex characters from /dev/urandom.

@@ -1,6 +1,6 @@
 // comm/ring.cpp: ring ReduceScatter, AllGather, AllReduce, Broadcast and Barrier.
 //
-// Terms (the seed article's, ../shared/seed/000_75d8087cc4de792f.txt):
+// Terms (those of the seed article, which docs/comm.md describes):
 //   N        ranks on a ring; rank r sends only to its right neighbour r+1 and receives
 //            only from its left neighbour r-1 (indices mod N).
 //   chunk c  the c-th of the N pieces of the full tensor: shard_of(count, N, c). Chunks
@@ -16,8 +16,8 @@
 // ReduceScatter. In round k (1..N-1) rank r sends chunk (r-k) and receives chunk
 // (r-k-1), adding the received partial sum to its own copy of that chunk. Chunk c starts
 // on rank c+1 (round 1: its own data), gains one rank's term per hop, and after N-1 hops
-// arrives complete on rank c. (The article's table starts chunk c on rank c and ends it on
-// rank c-1; we shift the schedule by one so rank r ends with shard r, as
+// arrives complete on rank c. (The seed article's table starts chunk c on rank c and ends
+// it on rank c-1; we shift the schedule by one so rank r ends with shard r, as
 // communicator.h promises.) With N = 4 ranks holding a, b, c, d, chunk 0 leaves rank 1
 // as b0, becomes b0+c0 on rank 2, b0+c0+d0 on rank 3 and b0+c0+d0+a0 on rank 0.
 // For avg the owner divides the finished sum by N in fp32 right after the last hop, so

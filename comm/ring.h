@@ -15,7 +15,8 @@
 
 namespace rz {
 
-// What one rank did in one round; comm-trace turns these into the seed article's tables.
+// What one rank did in one round; comm-trace turns these into round tables
+// (one row per rank: sends right, receives left, holds), the seed article's layout.
 struct RingRound {
   int rank = 0;
   int nranks = 1;

@@ -1,9 +1,10 @@
 // comm/ring_communicator.cpp: issue order, async work, errors and stats around the ring.
 #include "comm/ring_communicator.h"
 
-#include <chrono>
 #include <cstdlib>
 #include <exception>
+
+#include "base/clock.h"
 
 namespace rz {
 
@@ -100,7 +101,7 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
   ctx.segment_bytes = opts_.segment_bytes;
   ctx.observer = observer_;
   ctx.work = &work_;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   try {
     if (opts_.debug && nranks_ > 1) {
       fp.seq = seq;
@@ -116,7 +117,7 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
   c.calls += 1;
   c.bytes_sent += ctx.bytes_sent;
   c.bytes_recv += ctx.bytes_recv;
-  c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  c.seconds += seconds_since(t0);
 }
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body) {

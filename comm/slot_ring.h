@@ -76,7 +76,6 @@ class SlotRing {
             const PeerWatch& watch);
 
   void close();
-  bool closed() const { return hdr_->closed.load() != 0; }
 
  private:
   void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,

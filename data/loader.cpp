@@ -15,20 +15,18 @@
 // recomputed from (seed, epoch).
 #include "data/loader.h"
 
-#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "data/rng.h"
 #include "data/shard.h"
 
 namespace rz {
 
 namespace {
-
-bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
 // A glob or a comma-separated list (whose items may be globs), in order, globs sorted.
 std::vector<std::string> expand_pattern(const std::string& pattern) {
@@ -40,13 +38,8 @@ std::vector<std::string> expand_pattern(const std::string& pattern) {
     std::string item = pattern.substr(start, comma - start);
     start = comma + 1;
     if (item.empty()) continue;
-    if (has_wildcard(item)) {
-      glob_t g;
-      int rc = ::glob(item.c_str(), 0, nullptr, &g);
-      if (rc == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) files.emplace_back(g.gl_pathv[i]);
-      ::globfree(&g);
-      RZ_CHECK(rc == 0 || rc == GLOB_NOMATCH, "data pattern '%s': glob failed", item.c_str());
+    if (has_glob_wildcard(item)) {
+      for (std::string& f : glob_paths(item, "data pattern")) files.push_back(std::move(f));
     } else {
       struct stat st;
       RZ_CHECK(::stat(item.c_str(), &st) == 0, "data pattern '%s': no such file %s", pattern.c_str(),

@@ -15,7 +15,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "data/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -186,16 +186,11 @@ void make_dirs(const std::string& dir) {
 // Removes {train,val}_NNNNNN.bin left in dir by an earlier, larger run.
 void remove_stale_shards(const std::string& dir, const std::set<std::string>& keep) {
   for (const char* split : {"train", "val"}) {
-    glob_t g;
     std::string pat = dir + "/" + split + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin";
-    if (::glob(pat.c_str(), 0, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; i++) {
-        std::string path = g.gl_pathv[i];
-        std::string name = path.substr(path.rfind('/') + 1);
-        if (!keep.count(name)) ::unlink(path.c_str());
-      }
+    for (const std::string& path : glob_paths(pat, "--out")) {
+      std::string name = path.substr(path.rfind('/') + 1);
+      if (!keep.count(name)) ::unlink(path.c_str());
     }
-    ::globfree(&g);
   }
 }
 
@@ -229,13 +224,8 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
       std::sort(names.begin(), names.end());
       RZ_CHECK(!names.empty(), "--input %s: directory has no regular files", in.c_str());
       for (const auto& p : names) add_file(p);
-    } else if (in.find_first_of("*?[") != std::string::npos) {
-      glob_t g;
-      int rc = ::glob(in.c_str(), 0, nullptr, &g);
-      std::vector<std::string> names;
-      if (rc == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) names.emplace_back(g.gl_pathv[i]);
-      ::globfree(&g);
+    } else if (has_glob_wildcard(in)) {
+      const std::vector<std::string> names = glob_paths(in, "--input");
       RZ_CHECK(!names.empty(), "--input %s: the pattern matches no files", in.c_str());
       for (const auto& p : names) {
         struct stat fst;

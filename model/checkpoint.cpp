@@ -132,7 +132,6 @@ void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal)
 }
 
 ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
-ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
 
 void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precision precision,
                       const float* params_internal) {

@@ -40,8 +40,6 @@ struct ModelFile {
   std::vector<float> params;              // internal layout, widened to fp32
 };
 ModelFile read_model_file(const std::string& path);
-// Reads only the header: the config and precision (params left empty).
-ModelFile read_model_header(const std::string& path);
 // params_internal: num_parameters(cfg) floats; rounded to bf16 (RNE) when precision is bf16.
 void write_model_file(const std::string& path, const GPT2Config& cfg, Precision precision,
                       const float* params_internal);

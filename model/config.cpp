@@ -80,10 +80,10 @@ void finalize_config(GPT2Config& cfg) {
 
 const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
 
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::fp32;
-  if (s == "bf16") return Precision::bf16;
-  RZ_FAIL("precision: expected fp32 or bf16, found '%s'", s.c_str());
+std::vector<std::string> precision_names() { return enum_names(kPrecisions, precision_name); }
+
+Precision parse_precision(const std::string& name) {
+  return parse_enum(name, kPrecisions, precision_name, "precision");
 }
 
 }  // namespace rz

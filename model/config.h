@@ -30,8 +30,11 @@ std::vector<std::string> model_preset_names();
 void finalize_config(GPT2Config& cfg);
 
 enum class Precision : int { fp32, bf16 };
+inline constexpr Precision kPrecisions[] = {Precision::fp32, Precision::bf16};
 const char* precision_name(Precision p);
-Precision parse_precision(const std::string& s);  // throws naming the value
+std::vector<std::string> precision_names();  // of kPrecisions, in order
+// Throws "precision: expected fp32 or bf16, found 'NAME'".
+Precision parse_precision(const std::string& name);
 inline size_t precision_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
 
 }  // namespace rz

@@ -1,8 +1,10 @@
 // model/grad_sink.h: where backward writes gradients, and how it says they are done.
 //
-// A strategy supplies the sink. Single-rank training and DDP use a full gradient buffer
-// (FullGradSink); ZeRO-2 hands out staging buckets and reduce-scatters each one as soon
-// as backward reports it finished. Gradients are stored in the model's precision (float
+// A strategy supplies the sink (zero/): DDP and ZeRO-1 keep one full gradient buffer in
+// padded bucket coordinates (PaddedGradBuffer) and start a bucket's collective when
+// backward reports it finished; ZeRO-2 hands out staging buckets instead. FullGradSink,
+// the plain unpadded buffer below, is for single-model tools without a strategy
+// (`ringzero verify`, `bench-step`, the model tests). Gradients are stored in the model's precision (float
 // in fp32 mode, bf16 in bf16 mode) and backward accumulates into them (+=).
 #pragma once
 

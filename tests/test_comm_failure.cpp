@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "base/clock.h"
 #include "comm/ring_communicator.h"
 #include "test_comm_procs.h"
 #include "test_comm_util.h"
@@ -34,14 +35,14 @@ void kill_mid_collective(const std::string& transport) {
   o.transport = transport;
   o.timeout_s = 60;  // the survivors must not need the timeout
   o.segment_bytes = 4096;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   auto results = run_process_ranks(N, o, [&](Communicator& c) {
     KillAtRound killer;
     if (c.rank() == victim) dynamic_cast<RingCommunicator&>(c).set_observer(&killer);
     std::vector<float> buf(1 << 16, 1.0f);
     for (int k = 0; k < 5; ++k) c.all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum);
   }, 50.0);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double secs = seconds_since(t0);
   REQUIRE(results[victim].status == 128 + SIGKILL);
   for (int r = 0; r < N; ++r) {
     if (r == victim) continue;

@@ -96,6 +96,26 @@ TEST_CASE("rank_env_from_environment reads torchrun names and rejects bad values
   e = rank_env_from_environment();
   REQUIRE(e.rank == 1);
   REQUIRE(e.world_size == 3);
+  REQUIRE(std::string(e.launcher) == "srun");
   unsetenv("SLURM_PROCID");
   unsetenv("SLURM_NTASKS");
+}
+
+TEST_CASE("rank_env_from_environment takes all of a rank's numbers from one launcher") {
+  // A one-task SLURM allocation is not a job of ranks (ringzero may launch its own there).
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "1", 1);
+  RankEnv e = rank_env_from_environment();
+  CHECK(std::string(e.launcher).empty());
+  CHECK(e.world_size == 1);
+  // torchrun's variables win over SLURM's and are not mixed with them.
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "3", 1);
+  setenv("RANK", "0", 1);
+  e = rank_env_from_environment();
+  CHECK(std::string(e.launcher) == "torchrun");
+  CHECK(e.rank == 0);
+  CHECK(e.world_size == 1);
+  for (const char* v : {"RANK", "SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(v);
+  CHECK(std::string(rank_env_from_environment().launcher).empty());
 }

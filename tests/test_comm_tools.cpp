@@ -1,30 +1,15 @@
 // Tests of the comm subcommands through the real binary: comm-trace prints the seed
-// article's AllGather table, comm-bench checks its results on processes it launches.
+// article's AllGather table (docs/comm.md), comm-bench checks its results on processes it launches.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
 #include <string>
 
-namespace {
+#include "run_ringzero.h"
 
-// Runs a shell command (bounded by timeout(1)); returns its stdout and sets rc.
-std::string run(const std::string& cmd, int& rc) {
-  std::string out;
-  FILE* p = popen(("timeout 120 " + cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
+using rz::test::run_ringzero;
 
-}  // namespace
-
-TEST_CASE("comm-trace all_gather prints the article's round tables") {
-  int rc = 0;
-  std::string out = run(std::string(RINGZERO_BINARY) + " comm-trace --op all_gather --nranks 4", rc);
+TEST_CASE("comm-trace all_gather prints the seed article's round tables") {
+  auto [rc, out] = run_ringzero("comm-trace --op all_gather --nranks 4");
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("| rank 0 | A -> rank 1 | D <- rank 3 | A, D ") != std::string::npos);
@@ -32,8 +17,7 @@ TEST_CASE("comm-trace all_gather prints the article's round tables") {
 }
 
 TEST_CASE("comm-trace reduce_scatter ends with chunk r on rank r") {
-  int rc = 0;
-  std::string out = run(std::string(RINGZERO_BINARY) + " comm-trace --op reduce_scatter --nranks 4", rc);
+  auto [rc, out] = run_ringzero("comm-trace --op reduce_scatter --nranks 4");
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("| rank 0 | b0+c0+d0+a0  (chunk 0)") != std::string::npos);
@@ -42,10 +26,8 @@ TEST_CASE("comm-trace reduce_scatter ends with chunk r on rank r") {
 
 TEST_CASE("comm-bench launches its ranks, checks every size and reports JSON") {
   for (const char* transport : {"shm", "tcp"}) {
-    int rc = 0;
-    std::string out = run(std::string(RINGZERO_BINARY) + " comm-bench --nproc 3 --transport " + transport +
-                              " --max-bytes 64K --iters 2 --warmup 1 --segment-bytes 4K --json",
-                          rc);
+    auto [rc, out] = run_ringzero(std::string("comm-bench --nproc 3 --transport ") + transport +
+                                  " --max-bytes 64K --iters 2 --warmup 1 --segment-bytes 4K --json");
     INFO(out);
     REQUIRE(rc == 0);
     CHECK(out.find("\"wrong\":0") != std::string::npos);
@@ -57,8 +39,7 @@ TEST_CASE("comm-bench launches its ranks, checks every size and reports JSON") {
 }
 
 TEST_CASE("comm-bench rejects bad flags with one line") {
-  int rc = 0;
-  std::string out = run(std::string(RINGZERO_BINARY) + " comm-bench --max-bytes 12Q", rc);
+  auto [rc, out] = run_ringzero("comm-bench --max-bytes 12Q");
   CHECK(rc != 0);
   CHECK(out.find("--max-bytes") != std::string::npos);
 }

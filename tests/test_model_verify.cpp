@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "run_ringzero.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "test_model_reference.h"
@@ -25,22 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = "timeout 120 " + std::string(RINGZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
-}
+using Result = rz::test::BinaryRun;
+using rz::test::run_ringzero;
 
 struct TempDir {
   fs::path path;
@@ -103,7 +90,7 @@ TEST_CASE("ringzero verify passes against the fp64 reference and catches a wrong
   write_state(dir.file("state.bin"), grads);
 
   const std::string files = "--model " + dir.file("model.bin") + " --state " + dir.file("state.bin");
-  Result r = run("verify " + files);
+  Result r = run_ringzero("verify " + files);
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(r.output.find("dh1.qkvw") != std::string::npos);
@@ -111,11 +98,11 @@ TEST_CASE("ringzero verify passes against the fp64 reference and catches a wrong
   std::printf("%s", r.output.substr(r.output.find("verify: loss")).c_str());
 
   // far tighter than llm.c's bars: fp32 against fp64 finite differences
-  Result tight = run("verify " + files + " --logits-atol 1e-5 --loss-atol 1e-5 --grads-atol 1e-5 --quiet");
+  Result tight = run_ringzero("verify " + files + " --logits-atol 1e-5 --loss-atol 1e-5 --grads-atol 1e-5 --quiet");
   INFO(tight.output);
   CHECK(tight.status == 0);
 
-  Result bf = run("verify " + files + " --precision bf16");
+  Result bf = run_ringzero("verify " + files + " --precision bf16");
   INFO(bf.output);
   CHECK(bf.status == 0);
   std::printf("bf16: %s", bf.output.substr(bf.output.find("verify: loss")).c_str());
@@ -123,18 +110,18 @@ TEST_CASE("ringzero verify passes against the fp64 reference and catches a wrong
   std::vector<double> wrong = grads;
   wrong[o.qkvw + 3 * rc.C * rc.C + 5] += 0.05;  // one element of layer 1's qkvw
   write_state(dir.file("wrong.bin"), wrong);
-  Result w = run("verify --model " + dir.file("model.bin") + " --state " + dir.file("wrong.bin"));
+  Result w = run_ringzero("verify --model " + dir.file("model.bin") + " --state " + dir.file("wrong.bin"));
   INFO(w.output);
   CHECK(w.status != 0);
   CHECK(w.output.find("dh1.qkvw") != std::string::npos);
   CHECK(w.output.find("FAIL") != std::string::npos);
 
-  Result missing = run("verify --model " + dir.file("model.bin") + " --state " + dir.file("nope.bin"));
+  Result missing = run_ringzero("verify --model " + dir.file("model.bin") + " --state " + dir.file("nope.bin"));
   CHECK(missing.status == 1);
   CHECK(missing.output.find("nope.bin") != std::string::npos);
-  CHECK(run("verify --model " + dir.file("model.bin")).status != 0);  // --state is required
-  CHECK(run("verify " + files + " --bogus").status != 0);
-  CHECK(run("verify --help").status == 0);
+  CHECK(run_ringzero("verify --model " + dir.file("model.bin")).status != 0);  // --state is required
+  CHECK(run_ringzero("verify " + files + " --bogus").status != 0);
+  CHECK(run_ringzero("verify --help").status == 0);
 }
 
 TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sample]") {
@@ -146,13 +133,13 @@ TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sam
   model.get_params_f32(w.data());
   rz::write_model_file(dir.file("m.bin"), cfg, rz::Precision::fp32, w.data());
   const std::string base = "sample --model " + dir.file("m.bin") + " --tokenizer byte --prompt hello --tokens 20";
-  Result a = run(base + " --seed 3 --top-k 40"), b = run(base + " --seed 3 --top-k 40");
+  Result a = run_ringzero(base + " --seed 3 --top-k 40"), b = run_ringzero(base + " --seed 3 --top-k 40");
   INFO(a.output);
   REQUIRE(a.status == 0);
   CHECK(a.output.rfind("hello", 0) == 0);
   CHECK(a.output == b.output);
-  Result greedy = run(base + " --temperature 0");
+  Result greedy = run_ringzero(base + " --temperature 0");
   CHECK(greedy.status == 0);
-  CHECK(run(base + " --temperature -1").status != 0);
-  CHECK(run("sample --model " + dir.file("none.bin") + " --prompt x").status == 1);
+  CHECK(run_ringzero(base + " --temperature -1").status != 0);
+  CHECK(run_ringzero("sample --model " + dir.file("none.bin") + " --prompt x").status == 1);
 }

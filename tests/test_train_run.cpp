@@ -17,29 +17,17 @@
 #include <sstream>
 #include <thread>
 
+#include "base/clock.h"
+#include "run_ringzero.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = rz::test::BinaryRun;
+using rz::test::run_ringzero;
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
-
-Result run(const std::string& args, int timeout_s = 120) {
-  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + quote(RINGZERO_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
 
 fs::path work_dir() {
   static fs::path dir = [] {
@@ -70,7 +58,7 @@ fs::path data_dir() {
       for (int s = 0; s < 60; ++s) out << subj[pick(5)] << " " << verb[pick(5)] << " " << obj[pick(5)] << "\n";
     }
     const fs::path out = work_dir() / "data";
-    Result r = run("prepare --input " + quote(text.string()) + " --tokenizer byte --val-fraction 0.1 --out " +
+    Result r = run_ringzero("prepare --input " + quote(text.string()) + " --tokenizer byte --val-fraction 0.1 --out " +
                    quote(out.string()));
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -113,7 +101,7 @@ std::string last_line(const std::string& s) {
 const fs::path& reference_run() {
   static fs::path dir = [] {
     const fs::path d = work_dir() / "ref";
-    Result r = run(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --save-dir " + quote((d / "ck").string()) +
+    Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --save-dir " + quote((d / "ck").string()) +
                              " --save-every 10 --metrics " + quote((d / "m.jsonl").string())));
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -127,7 +115,7 @@ const fs::path& reference_run() {
 TEST_CASE("a 20-step run on 2 processes learns, for every strategy") {
   for (const char* strategy : {"ddp", "zero1", "zero2"}) {
     const fs::path metrics = work_dir() / (std::string("learn_") + strategy + ".jsonl");
-    Result r = run(tiny_args(std::string("--strategy ") + strategy + " --nproc-per-node 2 --steps 20 --eval-every 10 "
+    Result r = run_ringzero(tiny_args(std::string("--strategy ") + strategy + " --nproc-per-node 2 --steps 20 --eval-every 10 "
                              "--metrics " + quote(metrics.string())));
     INFO(strategy << "\n" << r.output);
     REQUIRE(r.status == 0);
@@ -146,7 +134,7 @@ TEST_CASE("resume from step 10 gives steps 11..20 bitwise equal to the uninterru
   const fs::path d = work_dir() / "resume_same";
   fs::create_directories(d / "ck");
   fs::copy(ref / "ck" / "step_00000010", d / "ck" / "step_00000010", fs::copy_options::recursive);
-  Result r = run(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --resume --save-dir " +
+  Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node 2 --steps 20 --resume --save-dir " +
                            quote((d / "ck").string()) + " --metrics " + quote((d / "m.jsonl").string())));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -175,7 +163,7 @@ TEST_CASE("a 2-rank zero2 checkpoint resumes on 1 and on 3 ranks") {
     const fs::path d = work_dir() / ("reshard_" + std::to_string(n));
     fs::create_directories(d / "ck");
     fs::copy(ref / "ck" / "step_00000010", d / "ck" / "step_00000010", fs::copy_options::recursive);
-    Result r = run(tiny_args("--strategy zero2 --nproc-per-node " + std::to_string(n) + " --steps 20 --resume --save-dir " +
+    Result r = run_ringzero(tiny_args("--strategy zero2 --nproc-per-node " + std::to_string(n) + " --steps 20 --resume --save-dir " +
                              quote((d / "ck").string()) + " --metrics " + quote((d / "m.jsonl").string())));
     INFO(n << " ranks\n" << r.output);
     REQUIRE(r.status == 0);
@@ -205,8 +193,8 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
     _exit(127);
   }
   // Wait for a complete checkpoint, then find the launcher's children (the ranks).
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto t0 = rz::Clock::now();
+  auto elapsed = [&] { return rz::seconds_since(t0); };
   bool have_ckpt = false;
   while (!have_ckpt && elapsed() < 90) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -241,10 +229,10 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
   REQUIRE(ranks.size() == 2);
   std::sort(ranks.begin(), ranks.end());  // forked in rank order
   REQUIRE(kill(ranks[1], SIGKILL) == 0);
-  const auto killed_at = std::chrono::steady_clock::now();
+  const auto killed_at = rz::Clock::now();
   int st = 0;
   REQUIRE(waitpid(sh, &st, 0) == sh);
-  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const double stop_s = rz::seconds_since(killed_at);
   std::ifstream in(log);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -258,7 +246,7 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
   uint64_t newest = 0;
   for (const auto& e : fs::directory_iterator(d / "ck"))
     if (fs::exists(e.path() / "COMPLETE")) newest = std::max<uint64_t>(newest, std::stoull(e.path().filename().string().substr(5)));
-  Result r = run(tiny_args("--strategy zero2 --resume --save-dir " + quote((d / "ck").string()) + " --steps " +
+  Result r = run_ringzero(tiny_args("--strategy zero2 --resume --save-dir " + quote((d / "ck").string()) + " --steps " +
                            std::to_string(newest + 2)));
   INFO(r.output);
   CHECK(r.status == 0);
@@ -271,7 +259,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     fs::create_directories(d / "ck");
     fs::copy(ref / "ck" / "step_00000020", d / "ck" / "step_00000020", fs::copy_options::recursive);
     damage(d / "ck" / "step_00000020");
-    return run(tiny_args("--strategy zero2 --steps 25 --resume --save-dir " + quote((d / "ck").string())));
+    return run_ringzero(tiny_args("--strategy zero2 --steps 25 --resume --save-dir " + quote((d / "ck").string())));
   };
   SECTION("corrupted rank file") {
     Result r = damaged("corrupt", [](const fs::path& ck) {
@@ -290,7 +278,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     CHECK(last_line(r.output).find("model.bin: truncated") != std::string::npos);
   }
   SECTION("missing data path") {
-    Result r = run("train --model tiny --data /nonexistent/train_*.bin --steps 2");
+    Result r = run_ringzero("train --model tiny --data /nonexistent/train_*.bin --steps 2");
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find('\n') == r.output.size() - 1);  // exactly one line
@@ -299,37 +287,37 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
   SECTION("bad config value in a file") {
     const fs::path cfg = work_dir() / "bad.toml";
     std::ofstream(cfg) << "steps = 10\nstrategy = \"zero9\"\n";
-    Result r = run("train " + quote(cfg.string()) + " --data x.bin");
+    Result r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output == "ringzero train: error: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
+    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
     std::ofstream(cfg) << "steps = 10\nbatch = -3.5\n";
-    r = run("train " + quote(cfg.string()) + " --data x.bin");
+    r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     CHECK(r.status == 1);
     CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: batch: expected an int, found a float\n");
   }
   SECTION("bad flag value, and a flag that does not exist") {
-    Result r = run("train --data x.bin --lr fast");
+    Result r = run_ringzero("train --data x.bin --lr fast");
     CHECK(r.status == 1);
     CHECK(r.output == "ringzero train: error: --lr: expected a number, found 'fast'\n");
-    r = run("train --data x.bin --learning-rate 3");
+    r = run_ringzero("train --data x.bin --learning-rate 3");
     CHECK(r.status == 1);
     CHECK(r.output.find("--learning-rate") != std::string::npos);
   }
   SECTION("--device cuda without a usable GPU is one line naming the cause") {
     // Here: a build without CUDA, or no driver, or no device. On a machine with a GPU the
     // device is fine and the missing data file is the error instead.
-    Result r = run("train --data x.bin --device cuda");
+    Result r = run_ringzero("train --data x.bin --device cuda");
     CHECK(r.status == 1);
     CHECK(r.output.rfind("ringzero train: error: ", 0) == 0);
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
     CHECK((r.output.find("cuda") != std::string::npos || r.output.find("x.bin") != std::string::npos));
-    r = run("train --data x.bin --device cuda --nproc-per-node 2");
+    r = run_ringzero("train --data x.bin --device cuda --nproc-per-node 2");
     CHECK(r.status != 0);
     CHECK((r.output.find("one rank per job") != std::string::npos || r.output.find("cuda") != std::string::npos));
   }
   SECTION("an accumulation that does not divide") {
-    Result r = run(tiny_args("--steps 2 --total-batch-tokens 1000"));
+    Result r = run_ringzero(tiny_args("--steps 2 --total-batch-tokens 1000"));
     CHECK(r.status == 1);
     CHECK(last_line(r.output) == "ringzero train: error: total_batch_tokens: 1000 is not a multiple of B*T*world = 4*32*1 = 128");
   }
@@ -337,12 +325,12 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
 
 TEST_CASE("a non-finite loss stops the run naming the step, or is skipped with --skip-nonfinite") {
   // lr 1e30 blows the parameters up in one step, so step 2's loss is NaN.
-  Result r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0"));
+  Result r = run_ringzero(tiny_args("--steps 4 --lr 1e30 --warmup 0"));
   INFO(r.output);
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: step 2: the loss is NaN at micro-step 0; stopping (--skip-nonfinite skips such steps)");
   const fs::path metrics = work_dir() / "nan.jsonl";
-  r = run(tiny_args("--steps 4 --lr 1e30 --warmup 0 --skip-nonfinite --metrics " + quote(metrics.string())));
+  r = run_ringzero(tiny_args("--steps 4 --lr 1e30 --warmup 0 --skip-nonfinite --metrics " + quote(metrics.string())));
   CHECK(r.status == 0);
   const auto m = read_metrics(metrics);
   REQUIRE(m.size() == 4);
@@ -357,7 +345,7 @@ TEST_CASE("--init starts from an llm.c model file") {
   const fs::path ref = reference_run();
   const auto a = read_metrics(ref / "m.jsonl");
   const fs::path metrics = work_dir() / "init.jsonl";
-  Result r = run(tiny_args("--steps 2 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string()) +
+  Result r = run_ringzero(tiny_args("--steps 2 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string()) +
                            " --metrics " + quote(metrics.string())));
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -365,10 +353,10 @@ TEST_CASE("--init starts from an llm.c model file") {
   REQUIRE(m.size() == 2);
   // The trained model's loss, not a fresh model's (ln 257 = 5.55).
   CHECK(m[0]["loss"].get<double>() < 0.9 * a[0]["loss"].get<double>());
-  r = run(tiny_args("--steps 2 --layers 3 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string())));
+  r = run_ringzero(tiny_args("--steps 2 --layers 3 --init " + quote((ref / "ck" / "step_00000020" / "model.bin").string())));
   CHECK(r.status == 1);
   CHECK(last_line(r.output).find("layers: 3, but the --init model") != std::string::npos);
-  r = run(tiny_args("--steps 2 --init /nonexistent/model.bin"));
+  r = run_ringzero(tiny_args("--steps 2 --init /nonexistent/model.bin"));
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: init: /nonexistent/model.bin: no such file");
 }

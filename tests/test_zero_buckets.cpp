@@ -1,5 +1,5 @@
 // Tests of zero/buckets and zero/memory_formula: bucket cutting with known answers, shard
-// ownership, and the model-state formulas against the seed article and the ZeRO paper.
+// ownership, and the model-state formulas against the seed article (docs/comm.md) and the ZeRO paper.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -105,9 +105,9 @@ TEST_CASE("bucket smaller than every tensor, and one bucket for everything") {
 
 TEST_CASE("bad bucket sizes are one-line errors") {
   ParamLayout lay = toy_layout({4});
-  REQUIRE_THROWS_WITH(build_bucket_plan(lay, 0.0, 4, 2), Catch::Contains("--bucket-mb"));
-  REQUIRE_THROWS_WITH(build_bucket_plan(lay, -1.0, 4, 2), Catch::Contains("--bucket-mb"));
-  REQUIRE_THROWS_WITH(build_bucket_plan(lay, NAN, 4, 2), Catch::Contains("--bucket-mb"));
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, 0.0, 4, 2), Catch::Contains("expected a bucket size in MiB > 0"));
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, -1.0, 4, 2), Catch::Contains("expected a bucket size in MiB > 0"));
+  REQUIRE_THROWS_WITH(build_bucket_plan(lay, NAN, 4, 2), Catch::Contains("expected a bucket size in MiB > 0"));
   REQUIRE_THROWS_AS(build_bucket_plan(lay, 1.0, 4, 0), Error);
   REQUIRE_THROWS_WITH(parse_strategy("zero3"), Catch::Contains("zero3"));
 }
@@ -139,15 +139,17 @@ TEST_CASE("exact state bytes follow the plan's padding") {
   REQUIRE(p.buckets.size() == 2);
   REQUIRE(p.buckets[0].padded == 15);
   REQUIRE(p.buckets[1].padded == 12);
-  ExactStateBytes d = exact_state_bytes(p, StrategyKind::ddp, Precision::bf16, 2);
+  ExactStateBytes d = exact_state_bytes(p, StrategyKind::ddp, Precision::bf16, StagingPool{});
   REQUIRE(d.params == 26 * 2);
   REQUIRE(d.grads == 27 * 2);
   REQUIRE(d.master == 26 * 4);
   REQUIRE(d.staging == 0);
-  ExactStateBytes z = exact_state_bytes(p, StrategyKind::zero2, Precision::bf16, 2);
+  const StagingPool pool = zero2_staging_pool(lay, p, 2);
+  REQUIRE(pool.general == 1);  // never more general buffers than buckets besides the last
+  ExactStateBytes z = exact_state_bytes(p, StrategyKind::zero2, Precision::bf16, pool);
   REQUIRE(z.grads == 9 * 2);  // owned = 27 / 3, bf16 (the model's precision)
   REQUIRE(z.adam_m == 9 * 4);
-  REQUIRE(exact_state_bytes(p, StrategyKind::zero2, Precision::bf16, 2, true).grads == 9 * 4);
+  REQUIRE(exact_state_bytes(p, StrategyKind::zero2, Precision::bf16, pool, true).grads == 9 * 4);
   // staging: one general buffer of 15 (a pool never has more buffers than there are
   // buckets besides the last) + 12 reserved for the last bucket, bf16 (the reduce-scatter
   // is in place, so a buffer is one bucket).

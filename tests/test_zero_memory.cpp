@@ -1,4 +1,4 @@
-// Tests of `ringzero memory` (through the binary: the article's and the ZeRO paper's
+// Tests of `ringzero memory` (through the binary: the seed article's (docs/comm.md) and the ZeRO paper's
 // numbers) and of the per-rank memory report gathered on thread ranks.
 #include <catch2/catch.hpp>
 
@@ -13,23 +13,17 @@
 
 #include "base/check.h"
 #include "zero/memory_report.h"
+#include "run_ringzero.h"
 #include "zero_harness.h"
 
 using namespace rz;
 using namespace rz::test;
 
-// Runs `ringzero <args>` with a 60 s limit; returns stdout, sets rc.
+// Runs `ringzero <args>` with a 60 s limit; returns its output, sets rc.
 static std::string run_binary(const std::string& args, int& rc) {
-  std::string cmd = std::string("timeout 60 ") + RINGZERO_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int st = pclose(p);
-  rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  BinaryRun r = run_ringzero(args, 60);
+  rc = r.status;
+  return r.output;
 }
 
 static double states(const nlohmann::json& j, const std::string& strategy, int n, const char* key) {
@@ -103,12 +97,8 @@ TEST_CASE("the memory report gathers every rank's counters next to the formula")
   spec.precision = Precision::bf16;
   std::vector<MemoryReport> reports(2);
   // Reports are gathered inside the run (a collective), right after step 1.
-  StrategyOptions so;
-  so.kind = spec.kind;
-  so.bucket_mb = spec.bucket_mb;
-  so.buckets_in_flight = spec.buckets_in_flight;
-  run_ranks_with_comm(spec, [&](int r, Strategy&, const StepStats& s, Communicator& comm, GPT2& model) {
-    reports[r] = gather_memory_report(comm, model, so);
+  run_ranks_with_comm(spec, [&](int r, Strategy& st, const StepStats& s, Communicator& comm, GPT2& model) {
+    reports[r] = gather_memory_report(comm, model, st);
     CHECK(s.comm_bytes_sent > 0);
   });
   const MemoryReport& rep = reports[0];

@@ -16,21 +16,18 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "kernels/backend.h"
 #include "model/gpt2.h"
 #include "train/command.h"
 
 namespace rz {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct StepTimes {
   double fwd = 0, bwd = 0, opt = 0;

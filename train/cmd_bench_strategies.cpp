@@ -44,8 +44,8 @@ struct BenchArgs {
   int steps = 10;
   int warmup = 2;
   int accum = 1;
-  double bucket_mb = 25.0;
-  int buckets_in_flight = 2;
+  double bucket_mb = StrategyOptions{}.bucket_mb;
+  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
 };
 
 double median(std::vector<double> v) {
@@ -144,11 +144,13 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--model", a.model, "preset")->capture_default_str();
   app.add_option("--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
       ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--strategy", a.strategy, "ddp, zero1, zero2 or all")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "all"}))->capture_default_str();
-  app.add_option("--precision", a.precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  std::vector<std::string> strategy_choices = strategy_names();
+  strategy_choices.emplace_back("all");
+  app.add_option("--strategy", a.strategy, "a strategy or all")->check(CLI::IsMember(strategy_choices))->capture_default_str();
+  app.add_option("--precision", a.precision, "parameter precision")->check(CLI::IsMember(precision_names()))->capture_default_str();
   app.add_option("--transport", a.transport, "auto (shm on one host), shm or tcp")
-      ->check(CLI::IsMember({"auto", "shm", "tcp"}))->capture_default_str();
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports))))
+      ->capture_default_str();
   app.add_option("--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -169,7 +171,7 @@ int run_bench_strategies(int argc, char** argv) {
 
   std::vector<std::string> kinds;
   if (a.strategy == "all")
-    kinds = {"ddp", "zero1", "zero2"};
+    kinds = strategy_names();
   else
     kinds = {a.strategy};
   for (const std::string& k : kinds) {

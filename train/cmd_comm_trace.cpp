@@ -1,4 +1,5 @@
-// train/cmd_comm_trace.cpp: `ringzero comm-trace`, the seed article's ring tables, live.
+// train/cmd_comm_trace.cpp: `ringzero comm-trace`, the ring's round tables, live (in the
+// layout of the seed article's tables, docs/comm.md).
 //
 // Runs the real ring (comm/ring.cpp) on N thread ranks with one element per chunk and
 // watches every round through a RingObserver. The data itself is symbolic: rank r's
@@ -78,9 +79,10 @@ int run_comm_trace(int argc, char** argv) {
   std::string op = "all_reduce";
   int N = 4;
   CLI::App app{
-      "Print, round by round, what each rank of the ring sends, receives and holds, in the tables\n"
-      "of the article ringzero started from. Runs the real ring code on N thread ranks; each rank's\n"
-      "data is symbolic (rank r contributes a_r = 2^r), so partial sums read back as a0+b0...",
+      "Print, round by round, what each rank of the ring sends to its right neighbour, receives from\n"
+      "its left one and holds after the round (the layout of the seed article's tables; docs/comm.md).\n"
+      "Runs the real ring code on N thread ranks; each rank's data is symbolic (rank r contributes\n"
+      "a_r = 2^r), so partial sums read back as a0+b0...",
       "ringzero comm-trace"};
   app.add_option("--op", op, "all_gather, reduce_scatter or all_reduce")
       ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce"}))->capture_default_str();
@@ -198,7 +200,7 @@ int run_comm_trace(int argc, char** argv) {
   return 0;
 }
 
-const RegisterCommand kRegister{Command{"comm-trace", "print the ring's rounds as the seed article's tables",
+const RegisterCommand kRegister{Command{"comm-trace", "print the ring's rounds as tables: who sends, receives and holds what",
                                         run_comm_trace, 61}};
 
 }  // namespace

@@ -3,12 +3,13 @@
 //
 // Two sources of a model size:
 //   --params P             a bare parameter count: model states only (the ZeRO paper's and
-//                          the seed article's tables), from the bytes/param formulas;
+//                          the seed article's tables; docs/comm.md), from the bytes/param formulas;
 //   --model / --layers ... a GPT-2 shape: the real parameter layout, so the model states are
 //                          the exact bytes ringzero allocates (bucket padding included), plus
 //                          zero2's staging buckets and the activations for (--batch, --seq).
-// The formulas are in zero/memory_formula.h; GB here are decimal (1e9 bytes) as in the
-// article (7B x 16 bytes = 112 GB).
+// The formulas are in zero/memory_formula.h; GB here are decimal (1e9 bytes), as the seed
+// article counts them (7B x 16 bytes = 112 GB).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -25,7 +26,6 @@
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
 #include "zero/strategy.h"
-#include "zero/zero2.h"
 
 namespace rz {
 namespace {
@@ -38,8 +38,8 @@ struct MemoryArgs {
   std::vector<int> nranks;
   std::string precision = "bf16";
   std::string strategy = "all";
-  double bucket_mb = 25.0;
-  int buckets_in_flight = 2;
+  double bucket_mb = StrategyOptions{}.bucket_mb;
+  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
   bool json = false;
 };
 
@@ -49,11 +49,12 @@ struct Row {
   PerParamBytes paper, ringzero;
   double states_paper = 0, states = 0;  // bytes per rank
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
+  int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   double total() const { return states + std::max(0.0, staging) + std::max(0.0, activations); }
 };
 
 std::string dec_bytes(double b) {
-  if (b >= 1e10) return strfmt("%.1f GB", b / 1e9);  // 112.0, 31.4, 16.6: the article's precision
+  if (b >= 1e10) return strfmt("%.1f GB", b / 1e9);  // 112.0, 31.4, 16.6: one decimal, as the seed article prints them
   if (b >= 1e9) return strfmt("%.2f GB", b / 1e9);
   if (b >= 1e6) return strfmt("%.2f MB", b / 1e6);
   if (b >= 1e3) return strfmt("%.2f KB", b / 1e3);
@@ -100,10 +101,12 @@ int run_memory(int argc, char** argv) {
   app.add_option("--params", a.params, "a bare parameter count such as 7e9 (model states only)");
   app.add_option("--nranks", a.nranks, "number of ranks N (repeatable; default 1 2 4 8 64)")
       ->check(CLI::Range(1, 1 << 20));
+  std::vector<std::string> strategy_choices = strategy_names();
+  strategy_choices.emplace_back("all");
   app.add_option("--precision", a.precision, "bf16 (mixed precision) or fp32")
-      ->check(CLI::IsMember({"bf16", "fp32"}))->capture_default_str();
-  app.add_option("--strategy", a.strategy, "ddp, zero1, zero2 or all")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "all"}))->capture_default_str();
+      ->check(CLI::IsMember(precision_names()))->capture_default_str();
+  app.add_option("--strategy", a.strategy, "a strategy or all")
+      ->check(CLI::IsMember(strategy_choices))->capture_default_str();
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
   app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging buffers besides wte's")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -124,7 +127,7 @@ int run_memory(int argc, char** argv) {
   const Precision prec = parse_precision(a.precision);
   std::vector<StrategyKind> kinds;
   if (a.strategy == "all")
-    kinds = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2};
+    kinds.assign(std::begin(kStrategyKinds), std::end(kStrategyKinds));
   else
     kinds = {parse_strategy(a.strategy)};
 
@@ -156,8 +159,11 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       if (shape) {
         BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n);
-        int pool = k == StrategyKind::zero2 ? zero2_pool_size(layout, plan, a.buckets_in_flight) : 0;
+        // The same pool rule Zero2Strategy allocates by, asked for the plan it would build.
+        const StagingPool pool =
+            k == StrategyKind::zero2 ? zero2_staging_pool(layout, plan, a.buckets_in_flight) : StagingPool{};
         ExactStateBytes e = exact_state_bytes(plan, k, prec, pool);
+        r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging);
         r.staging = static_cast<double>(e.staging);
         r.activations = act;
@@ -222,9 +228,10 @@ int run_memory(int argc, char** argv) {
     else if (shape)
       line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
     if (shape) {
-      if (k == StrategyKind::zero2)
-        line("", strfmt("+ staging (%d+1 wte buckets)", a.buckets_in_flight), k,
-             [](const Row& r) { return r.staging; });
+      if (k == StrategyKind::zero2) {
+        const auto z = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == StrategyKind::zero2; });
+        line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
+      }
       line("", "+ activations", k, [](const Row& r) { return r.activations; });
       line("", "= total", k, [](const Row& r) { return r.total(); });
     }

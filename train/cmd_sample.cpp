@@ -1,18 +1,9 @@
 // train/cmd_sample.cpp: `ringzero sample`, text from a saved model.
-//
-// Generation recomputes a full forward over the last maxT tokens for every new token
-// instead of keeping a KV cache. For the models this CPU trainer is for, a forward of at
-// most maxT positions takes milliseconds to a second, the code stays the same forward that
-// training and `verify` check, and nothing new can drift from it; a KV cache would be a
-// second attention path to test for a speed-up that sampling a few hundred tokens does not
-// need.
+// Generation is train/generate.h's, the same sampler training prints its samples with.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
-#include <random>
+#include <utility>
 #include <sys/stat.h>
 #include <vector>
 
@@ -21,31 +12,10 @@
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "train/command.h"
+#include "train/generate.h"
 
 namespace rz {
 namespace {
-
-// Draws from softmax(logits / temperature) over the top_k largest logits (all when
-// top_k <= 0); temperature 0 is greedy.
-int draw_token(const float* logits, int V, float temperature, int top_k, std::mt19937_64& rng) {
-  std::vector<int> idx(V);
-  std::iota(idx.begin(), idx.end(), 0);
-  if (temperature <= 0.0f) return int(std::max_element(logits, logits + V) - logits);
-  const int k = top_k > 0 && top_k < V ? top_k : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  std::vector<double> p(k);
-  const double mx = logits[idx[0]];
-  double sum = 0;
-  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((double(logits[idx[i]]) - mx) / temperature);
-  const double u = (double(rng() >> 11) * (1.0 / 9007199254740992.0)) * sum;
-  double acc = 0;
-  for (int i = 0; i < k; ++i) {
-    acc += p[i];
-    if (u < acc) return idx[i];
-  }
-  return idx[k - 1];
-}
 
 int run_sample(int argc, char** argv) {
   std::string model_path, tokenizer_spec = "byte", gpt2_dir, prompt, precision = "fp32", device = "cpu";
@@ -88,18 +58,12 @@ int run_sample(int argc, char** argv) {
   std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
-  std::mt19937_64 rng(seed);
-  std::vector<float> logits;
-  const int V = tok->vocab_size(), Vp = mf.cfg.padded_vocab_size, maxT = mf.cfg.max_seq_len;
-  for (int i = 0; i < n_tokens; ++i) {
-    const int T = std::min<int>(int(tokens.size()), maxT);
-    model.forward(tokens.data() + tokens.size() - T, nullptr, 1, T);
-    model.logits_f32(logits);
-    const int next = draw_token(logits.data() + size_t(T - 1) * Vp, V, temperature, top_k, rng);
-    tokens.push_back(next);
-    std::fputs(tok->decode_token(next).c_str(), stdout);
-    std::fflush(stdout);
-  }
+  SampleRng rng{seed};
+  generate_tokens(model, std::move(tokens), n_tokens, mf.cfg.max_seq_len, tok->vocab_size(), temperature, top_k, rng,
+                  [&](int next) {
+                    std::fputs(tok->decode_token(next).c_str(), stdout);
+                    std::fflush(stdout);
+                  });
   std::fputs("\n", stdout);
   return 0;
 }

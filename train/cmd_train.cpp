@@ -1,11 +1,11 @@
 // train/cmd_train.cpp: `ringzero train`: parse, validate, then either launch the local ranks
 // (--nproc-per-node N > 1 or --nnodes > 1, when not already a rank) or train as one rank.
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/check.h"
+#include "comm/factory.h"
 #include "comm/launch.h"
 #include "train/command.h"
 #include "train/config.h"
@@ -14,14 +14,9 @@
 namespace rz {
 namespace {
 
-// A process is already a rank when ringzero's launcher, torchrun (RANK), srun (SLURM_PROCID
-// with SLURM_NTASKS > 1) or mpirun (OMPI_COMM_WORLD_RANK) started it.
-bool started_as_rank() {
-  if (launched_by_ringzero() || std::getenv("RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr)
-    return true;
-  const char* ntasks = std::getenv("SLURM_NTASKS");
-  return std::getenv("SLURM_PROCID") != nullptr && ntasks != nullptr && std::atoi(ntasks) > 1;
-}
+// A process is already a rank when ringzero's launcher or one that rank_env_from_environment
+// knows (torchrun, mpirun, srun) started it.
+bool started_as_rank() { return launched_by_ringzero() || *rank_env_from_environment().launcher != 0; }
 
 int run_train(int argc, char** argv) {
   TrainConfig cfg;

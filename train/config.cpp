@@ -1,9 +1,11 @@
-// train/config.cpp: the key table behind TrainConfig, TOML loading, flags, validation.
+// train/config.cpp: the settings table behind TrainConfig, TOML loading, flags, validation.
 //
-// Every key is described once, in kKeys below: its name, the field it sets and its help
-// line. The TOML loader, the CLI11 flags, the printed table and the checkpoint's copy of
-// the configuration all walk that one table, so a key cannot exist in one and not the
-// others.
+// Every key is described once, in kSettings below: its name, the field it sets, the values
+// it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help,
+// the printed table and the checkpoint's copy of the configuration all walk that one
+// table, so a key cannot exist in one and not the others. Enumerated keys (precision,
+// strategy) are held as enums and read by their library's own parsers, which also name
+// the allowed values; the bucket size is checked by zero/'s own check.
 #include "train/config.h"
 
 #include <toml++/toml.h>
@@ -19,75 +21,92 @@
 
 #include "base/check.h"
 #include "kernels/backend.h"
+#include "comm/factory.h"
+#include "zero/buckets.h"
 
 namespace rz {
 namespace {
 
 using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
-                           double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*>;
+                           double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
+                           Precision TrainConfig::*, StrategyKind TrainConfig::*>;
 
-struct KeyDef {
+// What one key's value may be, checked as soon as the value is read and again by
+// validate_config. Enums need no rule: their parsers accept only their names.
+enum class Allowed {
+  any,
+  positive,      // > 0
+  non_negative,  // >= 0
+  fraction,      // in [0, 1]
+  port,          // 0..65535
+  device,        // cpu, cuda or cuda:K
+  transport,     // comm/'s transports between processes
+  bucket_mb,     // zero/'s check of a bucket size
+};
+
+struct Setting {
   const char* name;
   Field field;
+  Allowed allowed;
   const char* help;
 };
 
 // clang-format off
-const KeyDef kKeys[] = {
-  {"model", &TrainConfig::model, "model preset the shape starts from (tiny, d2, d4, d6, d12, d24, d36, d48)"},
-  {"layers", &TrainConfig::layers, "number of layers L (0: the preset's)"},
-  {"channels", &TrainConfig::channels, "channels C (0: the preset's)"},
-  {"heads", &TrainConfig::heads, "attention heads NH (0: the preset's)"},
-  {"vocab", &TrainConfig::vocab, "vocabulary size V (0: the tokenizer's, else the preset's)"},
-  {"max_seq", &TrainConfig::max_seq, "longest sequence maxT, rows of wpe (0: the preset's)"},
-  {"init", &TrainConfig::init, "llm.c model checkpoint (.bin) to start from instead of random init"},
-  {"precision", &TrainConfig::precision, "fp32 or bf16"},
-  {"device", &TrainConfig::device, "cpu, cuda or cuda:K (GPU K; one rank per job on GPUs for now)"},
-  {"threads", &TrainConfig::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
-  {"data", &TrainConfig::data, "training shards: a glob or comma-separated list of llm.c .bin files"},
-  {"val_data", &TrainConfig::val_data, "validation shards (empty: no validation)"},
-  {"tokenizer", &TrainConfig::tokenizer, "byte, gpt2 or a tokenizer.bin path (empty: tokenizer.bin beside the data)"},
-  {"gpt2_dir", &TrainConfig::gpt2_dir, "directory holding encoder.json and vocab.bpe (tokenizer = gpt2)"},
-  {"steps", &TrainConfig::steps, "optimizer steps in total (resumed runs count the earlier ones)"},
-  {"batch", &TrainConfig::batch, "micro-batch size B (sequences per rank per micro-step)"},
-  {"seq", &TrainConfig::seq, "sequence length T"},
-  {"total_batch_tokens", &TrainConfig::total_batch_tokens, "tokens per optimizer step over all ranks (0: B*T*world, no accumulation)"},
-  {"lr", &TrainConfig::lr, "peak learning rate"},
-  {"warmup", &TrainConfig::warmup, "linear warmup steps"},
-  {"lr_floor", &TrainConfig::lr_floor, "cosine decay ends at lr * lr_floor (a fraction in [0, 1])"},
-  {"weight_decay", &TrainConfig::weight_decay, "AdamW decoupled weight decay"},
-  {"grad_clip", &TrainConfig::grad_clip, "clip the global gradient norm to this (0: no clipping)"},
-  {"seed", &TrainConfig::seed, "seed of model init, data order and sampling"},
-  {"skip_nonfinite", &TrainConfig::skip_nonfinite, "skip a step whose loss is NaN or inf instead of stopping"},
-  {"strategy", &TrainConfig::strategy, "ddp, zero1 or zero2"},
-  {"nproc_per_node", &TrainConfig::nproc_per_node, "ranks to run on this node (> 1: ringzero launches them itself)"},
-  {"nnodes", &TrainConfig::nnodes, "nodes in the job"},
-  {"node_rank", &TrainConfig::node_rank, "index of this node"},
-  {"master_addr", &TrainConfig::master_addr, "rendezvous host (rank 0's node)"},
-  {"master_port", &TrainConfig::master_port, "rendezvous port (0: pick a free one; single node only)"},
-  {"transport", &TrainConfig::transport, "auto, shm or tcp"},
-  {"comm_timeout", &TrainConfig::comm_timeout, "seconds a collective may wait for a peer before failing"},
-  {"bucket_mb", &TrainConfig::bucket_mb, "gradient bucket size in MiB"},
-  {"buckets_in_flight", &TrainConfig::buckets_in_flight, "zero2: staging buckets reduce-scattering at once"},
-  {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
-  {"save_dir", &TrainConfig::save_dir, "directory for step_NNNNNNNN checkpoints (empty: none)"},
-  {"save_every", &TrainConfig::save_every, "checkpoint every k steps, and at the end (0: only at the end)"},
-  {"keep", &TrainConfig::keep, "keep the newest N complete checkpoints (0: all)"},
-  {"resume", &TrainConfig::resume, "continue from the newest complete checkpoint in save_dir"},
-  {"eval_every", &TrainConfig::eval_every, "validation loss every n steps, and at the end (0: never)"},
-  {"eval_batches", &TrainConfig::eval_batches, "validation batches per rank per evaluation"},
-  {"sample_every", &TrainConfig::sample_every, "print a generated sample every m steps, and at the end (0: never)"},
-  {"sample_tokens", &TrainConfig::sample_tokens, "tokens per generated sample"},
-  {"sample_top_k", &TrainConfig::sample_top_k, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
-  {"metrics", &TrainConfig::metrics, "JSONL file with one object per step (empty: none)"},
-  {"memory_report", &TrainConfig::memory_report, "JSON file for the per-rank memory report after step 1 (empty: none)"},
+const Setting kSettings[] = {
+  {"model", &TrainConfig::model, Allowed::any, "model preset the shape starts from (tiny, d2, d4, d6, d12, d24, d36, d48)"},
+  {"layers", &TrainConfig::layers, Allowed::non_negative, "number of layers L (0: the preset's)"},
+  {"channels", &TrainConfig::channels, Allowed::non_negative, "channels C (0: the preset's)"},
+  {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)"},
+  {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)"},
+  {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
+  {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
+  {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
+  {"device", &TrainConfig::device, Allowed::device, "where the model runs (GPUs: one rank per job for now)"},
+  {"threads", &TrainConfig::threads, Allowed::non_negative, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
+  {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
+  {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
+  {"tokenizer", &TrainConfig::tokenizer, Allowed::any, "byte, gpt2 or a tokenizer.bin path (empty: tokenizer.bin beside the data)"},
+  {"gpt2_dir", &TrainConfig::gpt2_dir, Allowed::any, "directory holding encoder.json and vocab.bpe (tokenizer = gpt2)"},
+  {"steps", &TrainConfig::steps, Allowed::positive, "optimizer steps in total (resumed runs count the earlier ones)"},
+  {"batch", &TrainConfig::batch, Allowed::positive, "micro-batch size B (sequences per rank per micro-step)"},
+  {"seq", &TrainConfig::seq, Allowed::positive, "sequence length T"},
+  {"total_batch_tokens", &TrainConfig::total_batch_tokens, Allowed::non_negative, "tokens per optimizer step over all ranks (0: B*T*world, no accumulation)"},
+  {"lr", &TrainConfig::lr, Allowed::positive, "peak learning rate"},
+  {"warmup", &TrainConfig::warmup, Allowed::non_negative, "linear warmup steps"},
+  {"lr_floor", &TrainConfig::lr_floor, Allowed::fraction, "cosine decay ends at lr * lr_floor"},
+  {"weight_decay", &TrainConfig::weight_decay, Allowed::non_negative, "AdamW decoupled weight decay"},
+  {"grad_clip", &TrainConfig::grad_clip, Allowed::non_negative, "clip the global gradient norm to this (0: no clipping)"},
+  {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling"},
+  {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping"},
+  {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients and optimizer state are kept and synchronised (docs/zero.md)"},
+  {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)"},
+  {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job"},
+  {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
+  {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
+  {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
+  {"transport", &TrainConfig::transport, Allowed::transport, "how ranks on different processes talk (auto: shm when all share a host)"},
+  {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
+  {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},
+  {"buckets_in_flight", &TrainConfig::buckets_in_flight, Allowed::positive, "zero2: staging buckets reduce-scattering at once"},
+  {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, Allowed::any, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
+  {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none)"},
+  {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
+  {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
+  {"resume", &TrainConfig::resume, Allowed::any, "continue from the newest complete checkpoint in save_dir"},
+  {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
+  {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
+  {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)"},
+  {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
+  {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
+  {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)"},
+  {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)"},
 };
 // clang-format on
 
-const KeyDef* find_key(const std::string& name) {
+const Setting* find_setting(const std::string& name) {
   std::string n = name;
   std::replace(n.begin(), n.end(), '-', '_');
-  for (const auto& k : kKeys)
+  for (const auto& k : kSettings)
     if (n == k.name) return &k;
   return nullptr;
 }
@@ -97,6 +116,9 @@ std::string dashed(const char* name) {
   std::replace(s.begin(), s.end(), '_', '-');
   return s;
 }
+
+template <typename T>
+constexpr bool is_int_v = std::is_same_v<T, int> || std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t>;
 
 template <typename I>
 bool parse_integer(const std::string& s, I& out) {
@@ -121,22 +143,166 @@ bool parse_integer_loose(const std::string& s, I& out) {
 }
 
 const char* kind_of(const Field& f) {
-  switch (f.index()) {
-    case 0: case 1: case 2: return "int";
-    case 3: return "float";
-    case 4: return "bool";
-    default: return "string";
+  return std::visit(
+      [](auto member) -> const char* {
+        using T = std::remove_cvref_t<decltype(TrainConfig{}.*member)>;
+        if constexpr (is_int_v<T>) return "int";
+        else if constexpr (std::is_same_v<T, double>) return "float";
+        else if constexpr (std::is_same_v<T, bool>) return "bool";
+        else return "string";  // strings and enums by name
+      },
+      f);
+}
+
+std::string process_transport_names() {
+  return or_list(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports)));
+}
+
+// The allowed values of a key in words, for --help and config_keys().
+std::string allowed_text(const Setting& k) {
+  if (std::holds_alternative<Precision TrainConfig::*>(k.field)) return or_list(precision_names());
+  if (std::holds_alternative<StrategyKind TrainConfig::*>(k.field)) return or_list(strategy_names());
+  switch (k.allowed) {
+    case Allowed::any: return "";
+    case Allowed::positive: return "> 0";
+    case Allowed::non_negative: return ">= 0";
+    case Allowed::fraction: return "0 to 1";
+    case Allowed::port: return "0..65535";
+    case Allowed::device: return "cpu, cuda or cuda:K";
+    case Allowed::transport: return process_transport_names();
+    case Allowed::bucket_mb: return "> 0";
+  }
+  return "";
+}
+
+// Throws "expected ..., found ..." (without the key) when the value of k in c is not allowed.
+void check_allowed(const TrainConfig& c, const Setting& k) {
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_cvref_t<decltype(c.*member)>;
+        const T& v = c.*member;
+        if constexpr (is_int_v<T> || std::is_same_v<T, double>) {
+          const double d = static_cast<double>(v);
+          switch (k.allowed) {
+            case Allowed::positive:
+              if constexpr (is_int_v<T>)
+                RZ_CHECK(v > 0, "expected a positive integer, found %lld", static_cast<long long>(v));
+              else
+                RZ_CHECK(v > 0, "expected a value > 0, found %g", d);
+              break;
+            case Allowed::non_negative: RZ_CHECK(d >= 0, "expected a value >= 0, found %g", d); break;
+            case Allowed::fraction: RZ_CHECK(d >= 0 && d <= 1, "expected a fraction in [0, 1], found %g", d); break;
+            case Allowed::port: RZ_CHECK(d >= 0 && d <= 65535, "expected 0..65535, found %g", d); break;
+            case Allowed::bucket_mb: check_bucket_mb(d); break;
+            default: break;
+          }
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
+          if (k.allowed == Allowed::transport)
+            RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), v) !=
+                         std::end(kProcessTransports),
+                     "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
+        }
+      },
+      k.field);
+}
+
+// Runs f; an error it throws is rethrown as "KEY: message" (a message that already starts
+// with "KEY:", like the enum parsers', is kept as it is).
+template <typename F>
+void naming_key(const char* key, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what(), prefix = std::string(key) + ":";
+    if (msg.rfind(prefix, 0) == 0) throw;
+    RZ_FAIL("%s: %s", key, msg.c_str());
   }
 }
 
-const char* toml_type_name(const toml::node& n) {
-  if (n.is_table()) return "table";
-  if (n.is_array()) return "array";
-  if (n.is_string()) return "string";
-  if (n.is_integer()) return "integer";
-  if (n.is_floating_point()) return "float";
-  if (n.is_boolean()) return "boolean";
-  return "date/time";
+// Sets a field from its text form (a flag's value). Throws without naming the key.
+template <typename T>
+void from_text(T& dst, const std::string& value) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    dst = value;
+  } else if constexpr (std::is_same_v<T, Precision>) {
+    dst = parse_precision(value);
+  } else if constexpr (std::is_same_v<T, StrategyKind>) {
+    dst = parse_strategy(value);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (value == "true" || value == "1" || value == "yes" || value == "on") dst = true;
+    else if (value == "false" || value == "0" || value == "no" || value == "off") dst = false;
+    else RZ_FAIL("expected true or false, found '%s'", value.c_str());
+  } else if constexpr (std::is_same_v<T, double>) {
+    char* end = nullptr;
+    double d = std::strtod(value.c_str(), &end);
+    RZ_CHECK(!value.empty() && *end == '\0' && std::isfinite(d), "expected a number, found '%s'", value.c_str());
+    dst = d;
+  } else {
+    T v{};
+    RZ_CHECK(parse_integer_loose(value, v), "expected an integer, found '%s'", value.c_str());
+    dst = v;
+  }
+}
+
+const char* toml_type_name(const toml::node& n) {  // with its article
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  if (n.is_string()) return "a string";
+  if (n.is_integer()) return "an integer";
+  if (n.is_floating_point()) return "a float";
+  if (n.is_boolean()) return "a boolean";
+  return "a date/time";
+}
+
+// Sets a field from a TOML value of its own type (an integer is also a float). Throws
+// without naming the key.
+template <typename T>
+void from_toml(T& dst, const toml::node& node, const char* kind) {
+  auto wrong = [&] {
+    const std::string k = kind;
+    RZ_FAIL("expected %s %s, found %s", k == "int" ? "an" : "a", k == "float" ? "number" : kind,
+            toml_type_name(node));
+  };
+  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Precision> ||
+                std::is_same_v<T, StrategyKind>) {
+    if (!node.is_string()) wrong();
+    from_text(dst, *node.value<std::string>());
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!node.is_boolean()) wrong();
+    dst = *node.value<bool>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!node.is_floating_point() && !node.is_integer()) wrong();
+    dst = *node.value<double>();
+    RZ_CHECK(std::isfinite(dst), "expected a finite number, found %g", dst);
+  } else {
+    if (!node.is_integer()) wrong();
+    const int64_t v = *node.value<int64_t>();
+    RZ_CHECK(std::in_range<T>(v), "%lld is out of range for this key", static_cast<long long>(v));
+    dst = static_cast<T>(v);
+  }
+}
+
+template <typename T>
+std::string to_text(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) return v;
+  else if constexpr (std::is_same_v<T, Precision>) return precision_name(v);
+  else if constexpr (std::is_same_v<T, StrategyKind>) return strategy_name(v);
+  else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_same_v<T, double>) return strfmt("%.17g", v);
+  else return std::to_string(v);
+}
+
+// A key's value as the table and --help show it: floats in short form, "-" for empty.
+std::string shown_value(const TrainConfig& cfg, const Setting& k) {
+  std::string v = std::visit(
+      [&](auto member) {
+        const auto& x = cfg.*member;
+        if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x)>, double>) return strfmt("%g", x);
+        else return to_text(x);
+      },
+      k.field);
+  return v.empty() ? "-" : v;
 }
 
 }  // namespace
@@ -144,55 +310,25 @@ const char* toml_type_name(const toml::node& n) {
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = [] {
     std::vector<ConfigKey> v;
-    for (const auto& k : kKeys) v.push_back({k.name, kind_of(k.field), k.help});
+    for (const auto& k : kSettings) v.push_back({k.name, kind_of(k.field), allowed_text(k), k.help});
     return v;
   }();
   return keys;
 }
 
 void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value) {
-  const KeyDef* k = find_key(key);
+  const Setting* k = find_setting(key);
   RZ_CHECK(k != nullptr, "unknown config key '%s' (ringzero train --help lists them)", key.c_str());
-  const char* name = k->name;
-  std::visit(
-      [&](auto member) {
-        using T = std::remove_reference_t<decltype(cfg.*member)>;
-        T& dst = cfg.*member;
-        if constexpr (std::is_same_v<T, std::string>) {
-          dst = value;
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (value == "true" || value == "1" || value == "yes" || value == "on") dst = true;
-          else if (value == "false" || value == "0" || value == "no" || value == "off") dst = false;
-          else RZ_FAIL("%s: expected true or false, found '%s'", name, value.c_str());
-        } else if constexpr (std::is_same_v<T, double>) {
-          char* end = nullptr;
-          double d = std::strtod(value.c_str(), &end);
-          RZ_CHECK(!value.empty() && *end == '\0' && std::isfinite(d),
-                   "%s: expected a number, found '%s'", name, value.c_str());
-          dst = d;
-        } else {
-          T v{};
-          RZ_CHECK(parse_integer_loose(value, v), "%s: expected an integer, found '%s'", name,
-                   value.c_str());
-          dst = v;
-        }
-      },
-      k->field);
+  naming_key(k->name, [&] {
+    std::visit([&](auto member) { from_text(cfg.*member, value); }, k->field);
+    check_allowed(cfg, *k);
+  });
 }
 
 std::string get_config_value(const TrainConfig& cfg, const std::string& key) {
-  const KeyDef* k = find_key(key);
+  const Setting* k = find_setting(key);
   RZ_CHECK(k != nullptr, "unknown config key '%s'", key.c_str());
-  return std::visit(
-      [&](auto member) -> std::string {
-        using T = std::remove_cvref_t<decltype(cfg.*member)>;
-        const T& v = cfg.*member;
-        if constexpr (std::is_same_v<T, std::string>) return v;
-        else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-        else if constexpr (std::is_same_v<T, double>) return strfmt("%.17g", v);
-        else return std::to_string(v);
-      },
-      k->field);
+  return std::visit([&](auto member) { return to_text(cfg.*member); }, k->field);
 }
 
 void load_config_toml(TrainConfig& cfg, const std::string& path) {
@@ -209,26 +345,14 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
   for (auto&& [key_view, node] : tbl) {
     const std::string key(key_view.str());
     const unsigned line = static_cast<unsigned>(node.source().begin.line);
-    const KeyDef* k = find_key(key);
+    const Setting* k = find_setting(key);
     RZ_CHECK(k != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
              path.c_str(), line, key.c_str());
-    const std::string kind = kind_of(k->field);
-    std::string text;
-    if (kind == "string" && node.is_string()) {
-      text = *node.value<std::string>();
-    } else if (kind == "bool" && node.is_boolean()) {
-      text = *node.value<bool>() ? "true" : "false";
-    } else if (kind == "int" && node.is_integer()) {
-      text = std::to_string(*node.value<int64_t>());
-    } else if (kind == "float" && (node.is_floating_point() || node.is_integer())) {
-      text = strfmt("%.17g", *node.value<double>());
-    } else {
-      RZ_FAIL("%s:%u: %s: expected %s %s, found a %s", path.c_str(), line, key.c_str(),
-              kind == "int" ? "an" : "a", kind == "float" ? "number" : kind.c_str(),
-              toml_type_name(node));
-    }
     try {
-      set_config_value(cfg, key, text);
+      naming_key(key.c_str(), [&] {
+        std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
+        check_allowed(cfg, *k);
+      });
     } catch (const Error& e) {
       RZ_FAIL("%s:%u: %s", path.c_str(), line, e.what());
     }
@@ -236,47 +360,11 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
 }
 
 void validate_config(const TrainConfig& c) {
-  auto positive = [](const char* key, int64_t v) {
-    RZ_CHECK(v > 0, "%s: expected a positive integer, found %lld", key, static_cast<long long>(v));
-  };
-  auto non_negative = [](const char* key, double v) {
-    RZ_CHECK(v >= 0, "%s: expected a value >= 0, found %g", key, v);
-  };
-  parse_device(c.device);  // throws naming the value
-  RZ_CHECK(c.precision == "fp32" || c.precision == "bf16", "precision: expected fp32 or bf16, found '%s'",
-           c.precision.c_str());
-  RZ_CHECK(c.strategy == "ddp" || c.strategy == "zero1" || c.strategy == "zero2",
-           "strategy: expected ddp, zero1 or zero2, found '%s'", c.strategy.c_str());
-  RZ_CHECK(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
-           "transport: expected auto, shm or tcp, found '%s'", c.transport.c_str());
+  for (const auto& k : kSettings) naming_key(k.name, [&] { check_allowed(c, k); });
   RZ_CHECK(!c.data.empty(), "data: no training data given (--data 'DIR/train_*.bin')");
-  positive("steps", c.steps);
-  positive("batch", c.batch);
-  positive("seq", c.seq);
-  positive("nproc_per_node", c.nproc_per_node);
-  positive("nnodes", c.nnodes);
-  positive("buckets_in_flight", c.buckets_in_flight);
-  positive("eval_batches", c.eval_batches);
-  positive("sample_tokens", c.sample_tokens);
-  for (auto [key, v] : {std::pair{"layers", c.layers}, {"channels", c.channels}, {"heads", c.heads},
-                        {"vocab", c.vocab}, {"max_seq", c.max_seq}, {"warmup", c.warmup},
-                        {"threads", c.threads}, {"save_every", c.save_every}, {"keep", c.keep},
-                        {"eval_every", c.eval_every}, {"sample_every", c.sample_every},
-                        {"sample_top_k", c.sample_top_k}, {"master_port", c.master_port}})
-    non_negative(key, v);
-  RZ_CHECK(c.node_rank >= 0 && c.node_rank < c.nnodes, "node_rank: expected 0..%d, found %d",
-           c.nnodes - 1, c.node_rank);
-  RZ_CHECK(c.master_port <= 65535, "master_port: expected 0..65535, found %d", c.master_port);
+  RZ_CHECK(c.node_rank < c.nnodes, "node_rank: expected 0..%d, found %d", c.nnodes - 1, c.node_rank);
   RZ_CHECK(c.nnodes == 1 || c.master_port > 0,
            "master_port: a multi-node job needs an explicit port (every node must use the same one)");
-  non_negative("total_batch_tokens", static_cast<double>(c.total_batch_tokens));
-  RZ_CHECK(c.lr > 0, "lr: expected a positive learning rate, found %g", c.lr);
-  RZ_CHECK(c.lr_floor >= 0 && c.lr_floor <= 1, "lr_floor: expected a fraction in [0, 1], found %g",
-           c.lr_floor);
-  non_negative("weight_decay", c.weight_decay);
-  non_negative("grad_clip", c.grad_clip);
-  RZ_CHECK(c.comm_timeout > 0, "comm_timeout: expected seconds > 0, found %g", c.comm_timeout);
-  RZ_CHECK(c.bucket_mb > 0, "bucket_mb: expected MiB > 0, found %g", c.bucket_mb);
   RZ_CHECK(!c.resume || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
   RZ_CHECK(!c.resume || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
@@ -284,15 +372,11 @@ void validate_config(const TrainConfig& c) {
 
 std::string format_config_table(const TrainConfig& cfg) {
   size_t w = 0;
-  for (const auto& k : kKeys) w = std::max(w, std::string(k.name).size());
+  for (const auto& k : kSettings) w = std::max(w, std::string(k.name).size());
   std::string out = strfmt("%-*s  %s\n", static_cast<int>(w), "key", "value");
   out.append(w, '-').append("  ").append(24, '-').append("\n");
-  for (const auto& k : kKeys) {
-    std::string v = get_config_value(cfg, k.name);
-    if (k.field.index() == 3) v = strfmt("%g", std::stod(v));  // floats: short form in the table
-    if (v.empty()) v.assign(1, '-');
-    out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, v.c_str());
-  }
+  for (const auto& k : kSettings)
+    out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, shown_value(cfg, k).c_str());
   return out;
 }
 
@@ -307,16 +391,19 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   app.add_option("config", config_path, "TOML config file (configs/tiny.toml, ...)");
   std::map<std::string, std::string> given;
   std::vector<std::pair<std::string, CLI::Option*>> opts;
-  for (const auto& k : kKeys) {
+  const TrainConfig defaults;
+  for (const auto& k : kSettings) {
     std::string flag = "--" + dashed(k.name);
+    std::string help = k.help;
+    if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
     CLI::Option* o;
-    if (k.field.index() == 4)
-      o = app.add_flag(flag + "{true}", given[k.name], k.help);
-    else
-      o = app.add_option(flag, given[k.name], k.help)->type_name(kind_of(k.field));
-    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    const std::string def = get_config_value(TrainConfig{}, k.name);
-    if (!def.empty() && k.field.index() != 4) o->default_str(k.field.index() == 3 ? strfmt("%g", std::stod(def)) : def);  // a repeated flag: the last one wins
+    if (std::holds_alternative<bool TrainConfig::*>(k.field)) {
+      o = app.add_flag(flag + "{true}", given[k.name], help);
+    } else {
+      o = app.add_option(flag, given[k.name], help)->type_name(kind_of(k.field));
+      if (const std::string def = shown_value(defaults, k); def != "-") o->default_str(def);
+    }
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
     opts.emplace_back(k.name, o);
   }
   // "--save-dir=" means an empty value; CLI11 would take the next argument instead.

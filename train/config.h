@@ -1,18 +1,25 @@
 // train/config.h: everything a training run can be told, in one struct.
 //
-// The defaults and their one-line meanings sit together below (llama2.c's habit). A run's
-// configuration is resolved in three steps, each in one place:
+// The defaults and their one-line meanings sit together below (llama2.c's habit); where a
+// library owns a default (the strategies' bucket size), the field takes it from there. A
+// run's configuration is resolved in three steps, each in one place:
 //   1. defaults (this struct),
 //   2. a TOML file (`ringzero train run.toml`): flat `key = value` lines, keys spelled as
 //      the fields below (`nproc_per_node`; `nproc-per-node` is accepted too),
 //   3. command-line flags of the same names (`--nproc-per-node 2`), which win.
-// Unknown keys and values of the wrong type are errors naming the key (and file:line for
-// TOML). validate() then checks the resolved values against each other, separately.
+// Each key is one row of the settings table in config.cpp (name, field, allowed values,
+// help), from which the flags, the TOML keys, the per-key checks, --help and the printed
+// table all come. A value of the wrong type or outside its allowed values is an error
+// naming the key (and file:line for TOML) as soon as it is read; validate_config() then
+// checks the resolved values against each other, separately.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "model/config.h"
+#include "zero/strategy_options.h"
 
 namespace rz {
 
@@ -25,8 +32,8 @@ struct TrainConfig {
   int vocab = 0;                  // V; 0 takes the tokenizer's (data dir's tokenizer.bin / --tokenizer), else the preset's
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
-  std::string precision = "fp32"; // fp32 | bf16
-  std::string device = "cpu";     // cpu, cuda or cuda:K
+  Precision precision = Precision::fp32;
+  std::string device = "cpu";     // cpu | cuda | cuda:K
   int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
 
   // --- data
@@ -49,7 +56,7 @@ struct TrainConfig {
   bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
 
   // --- distribution
-  std::string strategy = "ddp";   // ddp | zero1 | zero2
+  StrategyKind strategy = StrategyKind::ddp;
   int nproc_per_node = 1;         // ranks to launch on this node (> 1: ringzero is its own launcher)
   int nnodes = 1;                 // nodes in the job
   int node_rank = 0;              // this node's index
@@ -57,9 +64,9 @@ struct TrainConfig {
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
   double comm_timeout = 300.0;    // seconds any collective may wait for a peer
-  double bucket_mb = 25.0;        // gradient bucket size in MiB
-  int buckets_in_flight = 2;      // zero2: staging buckets reduce-scattering at once
-  bool grad_shard_fp32 = false;   // zero2 in bf16: owned gradient shard in fp32 instead of bf16
+  double bucket_mb = StrategyOptions{}.bucket_mb;           // gradient bucket size in MiB
+  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;  // zero2: staging buckets reduce-scattering at once
+  bool grad_shard_fp32 = StrategyOptions{}.grad_shard_fp32;  // zero2 in bf16: owned gradient shard in fp32 instead of bf16
 
   // --- checkpoints
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none
@@ -77,15 +84,17 @@ struct TrainConfig {
   std::string memory_report;      // JSON file for the per-rank memory report after step 1; empty = none
 };
 
-// One configuration key: its name (TOML spelling), kind and help line.
+// One configuration key: its name (TOML spelling), kind, allowed values and help line.
 struct ConfigKey {
-  std::string name;   // "nproc_per_node"
-  std::string kind;   // "int", "float", "bool", "string"
+  std::string name;     // "nproc_per_node"
+  std::string kind;     // "int", "float", "bool", "string"
+  std::string allowed;  // "ddp, zero1 or zero2", "> 0", ...; empty: any value of the kind
   std::string help;
 };
 const std::vector<ConfigKey>& config_keys();
 
-// Sets one key from its text form (a flag's value). Throws naming the key and the value.
+// Sets one key from its text form (a flag's value) and checks it against the key's allowed
+// values. Throws "key: expected ..., found ..." naming the key and the value.
 void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value);
 // Current value of a key as text (for the table and the checkpoint's config.json).
 std::string get_config_value(const TrainConfig& cfg, const std::string& key);

@@ -5,51 +5,51 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "data/rng.h"
 
 namespace rz {
 
-uint64_t SampleRng::next_u64() {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+uint64_t SampleRng::next_u64() { return splitmix64(&state); }
+
+double SampleRng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+int draw_token(const float* logits, int vocab, float temperature, int top_k, SampleRng& rng) {
+  RZ_CHECK(vocab >= 1, "sample: no candidate tokens (vocab %d)", vocab);
+  if (temperature <= 0.0f) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  const int k = top_k > 0 && top_k < vocab ? top_k : vocab;
+  std::vector<int> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  std::vector<double> p(static_cast<size_t>(k));
+  const double mx = logits[idx[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((static_cast<double>(logits[idx[i]]) - mx) / temperature);
+  const double u = rng.uniform() * sum;
+  double acc = 0;
+  for (int i = 0; i < k; ++i) {
+    acc += p[i];
+    if (u < acc) return idx[i];
+  }
+  return idx[k - 1];
 }
 
-float SampleRng::next_float() { return static_cast<float>(next_u64() >> 40) / 16777216.0f; }
-
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> tokens, int n, int T_window, int vocab,
-                                 int top_k, SampleRng& rng) {
+                                 float temperature, int top_k, SampleRng& rng,
+                                 const std::function<void(int)>& on_token) {
   RZ_CHECK(!tokens.empty(), "sample: the prompt needs at least one token");
   const int Vp = model.config().padded_vocab_size;
   std::vector<float> logits;
-  std::vector<int> idx(static_cast<size_t>(vocab));
   for (int i = 0; i < n; ++i) {
     const int t = std::min<int>(static_cast<int>(tokens.size()), T_window);
     const int* window = tokens.data() + tokens.size() - static_cast<size_t>(t);
     model.forward(window, nullptr, 1, t);
     model.logits_f32(logits);
     const float* row = logits.data() + static_cast<size_t>(t - 1) * Vp;  // (Vp,) at the last position
-    int next;
-    if (top_k <= 0) {
-      next = static_cast<int>(std::max_element(row, row + vocab) - row);
-    } else {
-      const int k = std::min(top_k, vocab);
-      std::iota(idx.begin(), idx.end(), 0);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return row[a] > row[b]; });
-      const float mx = row[idx[0]];
-      double sum = 0;
-      for (int j = 0; j < k; ++j) sum += std::exp(static_cast<double>(row[idx[j]] - mx));
-      double u = rng.next_float() * sum;
-      next = idx[k - 1];
-      for (int j = 0; j < k; ++j) {
-        u -= std::exp(static_cast<double>(row[idx[j]] - mx));
-        if (u <= 0) {
-          next = idx[j];
-          break;
-        }
-      }
-    }
+    const int next = draw_token(row, vocab, temperature, top_k, rng);
     tokens.push_back(next);
+    if (on_token) on_token(next);
   }
   return tokens;
 }

@@ -1,26 +1,42 @@
-// train/generate.h: text samples from the model during training (rank 0).
+// train/generate.h: the one sampler, behind `ringzero sample` and the samples rank 0
+// prints during training.
+//
+// Generation recomputes a full forward over the last T_window tokens for every new token
+// instead of keeping a KV cache. For the models this trainer is for, a forward of at most
+// maxT positions takes milliseconds to a second, the code stays the same forward that
+// training and `verify` check, and nothing new can drift from it; a KV cache would be a
+// second attention path to test for a speed-up that sampling a few hundred tokens does
+// not need.
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <functional>
 #include <vector>
 
 #include "model/gpt2.h"
 
 namespace rz {
 
-// splitmix64: the sampler's RNG; its one word of state is saved in checkpoints.
+// The sampler's random numbers: splitmix64 over one word of state (saved in training
+// checkpoints, so a resumed run draws the same samples).
 struct SampleRng {
   uint64_t state = 0;
   uint64_t next_u64();
-  float next_float();  // [0, 1)
+  double uniform();  // [0, 1) with 53 random bits
 };
 
-// Extends `prompt` by n tokens. Each new token comes from the model's logits at the last
-// position of a forward over the last T_window tokens (B = 1): greedy when top_k == 0,
-// else drawn from the softmax of the top_k logits. Only the first `vocab` logits are
-// candidates (the padded rows of wte are never sampled).
+// One token drawn from logits (vocab,): greedy (the first largest) when temperature <= 0,
+// else from softmax(logits / temperature) restricted to the top_k largest (all when
+// top_k <= 0). Equal logits are ranked by token id, so the draw does not depend on the
+// standard library's sort.
+int draw_token(const float* logits, int vocab, float temperature, int top_k, SampleRng& rng);
+
+// Extends `prompt` (at least one token) by n tokens, each drawn by draw_token from the
+// model's logits at the last position of a forward over the last T_window tokens (B = 1).
+// Only the first `vocab` logits are candidates (the padded rows of wte are never drawn).
+// on_token, when given, sees each new token as it is drawn (for printing as it goes).
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> prompt, int n, int T_window, int vocab,
-                                 int top_k, SampleRng& rng);
+                                 float temperature, int top_k, SampleRng& rng,
+                                 const std::function<void(int)>& on_token = {});
 
 }  // namespace rz

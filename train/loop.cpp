@@ -4,7 +4,6 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/file.h"
 #include "base/memory.h"
 #include "comm/factory.h"
@@ -40,9 +40,6 @@ std::vector<float> gather_peak_mib(Communicator& comm) {
   comm.all_gather(&mine, all.data(), all.size(), DType::f32);
   return all;
 }
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
 std::string data_dir_of(const std::string& pattern) {
@@ -112,7 +109,7 @@ void Trainer::setup() {
   rank_ = env_.rank;
   world_ = env_.world_size;
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
-  precision_ = parse_precision(cfg_.precision);
+  precision_ = cfg_.precision;
   device_ = parse_device(cfg_.device);
   RZ_CHECK(device_.is_cpu() || world_ == 1,
            "device %s: GPU training runs one rank per job in this build (GPU ranks need the "
@@ -164,7 +161,7 @@ void Trainer::setup() {
   model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, false, device_});
   if (init) model_->set_params_f32(init->params.data());
   else model_->init_random(cfg_.seed);
-  sopts_.kind = parse_strategy(cfg_.strategy);
+  sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
   sopts_.grad_shard_fp32 = cfg_.grad_shard_fp32;
@@ -215,8 +212,10 @@ float Trainer::eval_loss() {
 void Trainer::sample(int step) {
   if (!rank0() || tok_ == nullptr) return;
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
+  // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.
+  const float temperature = cfg_.sample_top_k > 0 ? 1.0f : 0.0f;
   std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
-                                         cfg_.sample_top_k, rng_);
+                                         temperature, cfg_.sample_top_k, rng_);
   out.erase(out.begin());
   std::string text;
   for (int t : out) text += t == tok_->eot() ? std::string("\n<|endoftext|>\n") : tok_->decode_token(t);
@@ -252,7 +251,7 @@ void Trainer::save(int step) {
   }
   comm_->barrier();  // every rank's part is on disk
   if (rank0()) {
-    write_manifest(dir, static_cast<uint64_t>(step), world_, cfg_.strategy, cfg_.precision);
+    write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
     prune_checkpoints(cfg_.save_dir, cfg_.keep);
     std::printf("saved checkpoint %s\n", dir.c_str());
     std::fflush(stdout);
@@ -261,7 +260,7 @@ void Trainer::save(int step) {
 
 void Trainer::memory_report() {
   // zero/ gathers every rank's counters and sets them beside its strategy's formula.
-  const MemoryReport report = gather_memory_report(*comm_, *model_, sopts_);
+  const MemoryReport report = gather_memory_report(*comm_, *model_, *strategy_);
   if (!rank0()) return;
   print_memory_report(report, stdout);
   std::fflush(stdout);
@@ -277,7 +276,7 @@ int Trainer::run() {
   if (cfg_.resume) resume();
   if (rank0()) {
     std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
-                world_, cfg_.strategy.c_str(), comm_->transport_name().c_str(), model_->layout().total,
+                world_, strategy_name(cfg_.strategy), comm_->transport_name().c_str(), model_->layout().total,
                 mcfg_.num_layers, mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
     std::printf("%s", format_config_table(cfg_).c_str());
     std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,

@@ -8,10 +8,13 @@
 
 namespace rz {
 
+void check_bucket_mb(double bucket_mb) {
+  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0, "expected a bucket size in MiB > 0, found %g", bucket_mb);
+}
+
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
                              int nranks) {
-  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0,
-           "--bucket-mb: expected a size in MiB > 0, got %g", bucket_mb);
+  check_bucket_mb(bucket_mb);
   RZ_CHECK(nranks >= 1, "bucket plan: expected at least 1 rank, got %d", nranks);
   RZ_CHECK(elem_bytes == 2 || elem_bytes == 4, "bucket plan: gradient element of %zu bytes", elem_bytes);
   // Capacity in elements, at least one so that the greedy rule always makes progress.
@@ -68,19 +71,6 @@ std::pair<size_t, size_t> BucketPlan::owned_layout_range(int b, int rank) const 
   size_t lo = bk.begin + std::min(bk.numel(), static_cast<size_t>(rank) * bk.shard);
   size_t hi = bk.begin + std::min(bk.numel(), static_cast<size_t>(rank + 1) * bk.shard);
   return {lo, hi};
-}
-
-int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
-  // While backward writes one unit (grad_ready_ranges), every unit before it is reported
-  // ready, so the only buckets it can hold open are the ones that unit touches.
-  const int last = static_cast<int>(plan.buckets.size()) - 1;
-  int need = 1;
-  for (auto [begin, end] : grad_ready_ranges(layout)) {
-    int b0 = plan.bucket_of(begin);
-    int b1 = plan.bucket_of(end - 1);
-    need = std::max(need, std::min(b1, last - 1) - b0 + 1);  // general-pool buckets only
-  }
-  return need;
 }
 
 PaddedGradBuffer::PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes, Backend& be)

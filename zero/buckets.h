@@ -60,6 +60,9 @@ struct BucketPlan {
   std::pair<size_t, size_t> owned_layout_range(int b, int rank) const;
 };
 
+// Throws "expected a bucket size in MiB > 0, found X" unless bucket_mb is finite and > 0.
+void check_bucket_mb(double bucket_mb);
+
 // elem_bytes: bytes of one gradient element (4 in fp32, 2 in bf16) -- the capacity counts
 // gradient bytes as PyTorch's bucket_cap_mb does. Throws rz::Error for bucket_mb <= 0 or
 // nranks < 1.
@@ -86,10 +89,5 @@ class PaddedGradBuffer {
   Buffer<unsigned char> data_;  // (padded_total) elements
 };
 
-// zero2 needs a staging buffer for every bucket that one backward unit (a (weight, bias)
-// pair: grad_ready_ranges in model/layout.h) writes before it is ready.
-// Returns the largest number of such buckets, not counting the last bucket (which holds
-// wte and has its own reserved buffer): the smallest pool that cannot deadlock.
-int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);
 
 }  // namespace rz

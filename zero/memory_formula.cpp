@@ -8,7 +8,7 @@
 namespace rz {
 
 PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) {
-  RZ_CHECK(nranks >= 1, "--nranks: expected >= 1, got %d", nranks);
+  RZ_CHECK(nranks >= 1, "ranks: expected at least 1, found %d", nranks);
   const double n = nranks;
   const double pb = static_cast<double>(precision_bytes(precision));  // params and grads
   const bool bf16 = precision == Precision::bf16;
@@ -28,16 +28,8 @@ PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nrank
   return f;
 }
 
-size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight) {
-  if (plan.buckets.empty()) return 0;
-  // Each staging buffer holds one bucket (padded); the reduce-scatter is in place.
-  size_t elems = plan.buckets.back().padded;
-  for (size_t s : zero2_slot_elems(plan, buckets_in_flight)) elems += s;
-  return elems;
-}
-
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  int buckets_in_flight, bool grad_shard_fp32) {
+                                  const StagingPool& staging, bool grad_shard_fp32) {
   const size_t pb = precision_bytes(precision);
   const bool bf16 = precision == Precision::bf16;
   const size_t owned = plan.owned_numel();
@@ -59,7 +51,7 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
       e.grads = owned * (grad_shard_fp32 ? 4 : pb);
       e.master = bf16 ? owned * 4 : 0;
       e.adam_m = e.adam_v = owned * 4;
-      e.staging = zero2_staging_elems(plan, buckets_in_flight) * pb;
+      e.staging = staging.total_elems() * pb;
       break;
   }
   return e;

@@ -4,7 +4,7 @@
 // With P parameters, N ranks and AdamW:
 //
 //   bf16 mode (bf16 params and grads; fp32 master weights, m, v: 4+4+4 = 12 bytes)
-//     ddp     2 + 2   + 12        = 16 bytes/param     (7B -> 112 GB, the seed article)
+//     ddp     2 + 2   + 12        = 16 bytes/param     (7B -> 112 GB, as in the seed article, docs/comm.md)
 //     zero1   2 + 2   + 12/N
 //     zero2   2 + 2/N + 12/N                           (the paper's Psi(2 + 14/N))
 //   fp32 mode (fp32 params ARE the master weights, so no separate copy: m, v = 8 bytes)
@@ -15,8 +15,8 @@
 // ringzero's zero2 keeps its owned gradient shard in the model's precision, as the paper
 // counts it (with StrategyOptions::grad_shard_fp32 in fp32: 4/N instead of 2/N in bf16
 // mode, for exact accumulation over micro-steps); and it holds staging buckets for the
-// gradients in flight: --buckets-in-flight buffers of the largest bucket plus one reserved
-// for the bucket holding wte (tied: its gradient is started by the classifier at the top
+// gradients in flight: buckets-in-flight buffers sized like the largest buckets plus one
+// reserved for the bucket holding wte (zero2_staging_pool()) (tied: its gradient is started by the classifier at the top
 // of backward and finished by the embedding at the very end, so that bucket is staged for
 // the whole backward). paper_formula() gives the paper's numbers; ringzero_formula() what
 // ringzero allocates.
@@ -53,11 +53,9 @@ struct ExactStateBytes {
   size_t staging = 0;  // MemTag::comm held by the strategy: zero2's staging pool
   size_t total() const { return params + grads + master + adam_m + adam_v + staging; }
 };
+// staging: zero2's pool for this plan (Strategy::staging_pool(), or zero2_staging_pool()
+// for a strategy not built); ignored for ddp and zero1.
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  int buckets_in_flight, bool grad_shard_fp32 = false);
-
-// zero2's staging pool in elements: the buckets_in_flight largest buckets other than the
-// last + the last bucket (the one holding wte), each padded (zero2_slot_elems).
-size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight);
+                                  const StagingPool& staging, bool grad_shard_fp32 = false);
 
 }  // namespace rz

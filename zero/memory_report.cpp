@@ -3,8 +3,6 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "zero/buckets.h"
-#include "zero/zero2.h"
 
 namespace rz {
 
@@ -19,24 +17,21 @@ RankMemoryCounters local_rank_memory() {
   return m;
 }
 
-MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const StrategyOptions& opts) {
+MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const Strategy& strategy) {
   MemoryReport rep;
-  rep.kind = opts.kind;
+  rep.kind = strategy.kind();
   rep.precision = model.precision();
   rep.nranks = comm.size();
   rep.transport = comm.transport_name();
-  const ParamLayout& layout = model.layout();
-  BucketPlan plan = build_bucket_plan(layout, opts.bucket_mb, precision_bytes(rep.precision), rep.nranks);
-  rep.num_params = layout.total;
+  const BucketPlan& plan = strategy.bucket_plan();
+  const StagingPool pool = strategy.staging_pool();
+  rep.num_params = model.layout().total;
   rep.num_buckets = plan.buckets.size();
-  rep.pool_size = opts.kind == StrategyKind::zero2 ? zero2_pool_size(layout, plan, opts.buckets_in_flight) : 0;
-  if (opts.kind == StrategyKind::zero2) {
-    const Bucket& last = plan.buckets.back();
-    rep.wte_bucket_bytes = last.padded * precision_bytes(rep.precision);
-  }
-  rep.formula = ringzero_formula(opts.kind, rep.precision, rep.nranks, opts.grad_shard_fp32);
-  rep.paper = paper_formula(opts.kind, rep.precision, rep.nranks);
-  rep.expected = exact_state_bytes(plan, opts.kind, rep.precision, rep.pool_size, opts.grad_shard_fp32);
+  rep.pool_size = pool.general;
+  rep.wte_bucket_bytes = pool.reserved_elems * precision_bytes(rep.precision);
+  rep.formula = ringzero_formula(rep.kind, rep.precision, rep.nranks, strategy.options().grad_shard_fp32);
+  rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
+  rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32);
 
   // 17 uint64 per rank, as 34 fp32 words.
   constexpr size_t kWords = sizeof(RankMemoryCounters) / sizeof(float);

@@ -50,8 +50,9 @@ struct MemoryReport {
 
 RankMemoryCounters local_rank_memory();
 
-// Collective: every rank must call it. Every rank gets the full report.
-MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const StrategyOptions& opts);
+// Collective: every rank must call it. Every rank gets the full report. The expected
+// bytes come from what `strategy` built (its bucket plan and staging pool).
+MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const Strategy& strategy);
 
 void print_memory_report(const MemoryReport& report, FILE* out);
 nlohmann::json memory_report_json(const MemoryReport& report);

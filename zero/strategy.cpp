@@ -23,11 +23,10 @@ const char* strategy_name(StrategyKind k) {
   return "?";
 }
 
-StrategyKind parse_strategy(const std::string& s) {
-  if (s == "ddp") return StrategyKind::ddp;
-  if (s == "zero1") return StrategyKind::zero1;
-  if (s == "zero2") return StrategyKind::zero2;
-  RZ_FAIL("--strategy: expected ddp, zero1 or zero2, got '%s'", s.c_str());
+std::vector<std::string> strategy_names() { return enum_names(kStrategyKinds, strategy_name); }
+
+StrategyKind parse_strategy(const std::string& name) {
+  return parse_enum(name, kStrategyKinds, strategy_name, "strategy");
 }
 
 StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts)
@@ -43,9 +42,9 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
       rank_(comm.rank()),
       plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
                               comm.size())) {
-  RZ_CHECK(opts.buckets_in_flight >= 1, "--buckets-in-flight: expected >= 1, got %d",
+  RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);
-  RZ_CHECK(std::isfinite(opts.grad_clip), "grad_clip: expected a number, got %g",
+  RZ_CHECK(std::isfinite(opts.grad_clip), "gradient clipping threshold: expected a finite number, found %g",
            static_cast<double>(opts.grad_clip));
 }
 

@@ -21,29 +21,35 @@
 #include "comm/communicator.h"
 #include "model/gpt2.h"
 #include "model/grad_sink.h"
+#include "zero/buckets.h"
+#include "zero/strategy_options.h"
 
 namespace rz {
 
-enum class StrategyKind : int { ddp, zero1, zero2 };
-const char* strategy_name(StrategyKind k);
-StrategyKind parse_strategy(const std::string& s);  // throws naming the value
-
-struct AdamWConfig {
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // decoupled; matrices and embeddings only (ParamTensor::weight_decay)
+// zero2's staging pool (zero2.h explains it): `general` buffers of general_elems each and
+// one reserved buffer of reserved_elems for the last bucket, all in the model's precision.
+// Empty for the strategies that keep a full gradient buffer instead.
+struct StagingPool {
+  int general = 0;                   // general buffers (K)
+  std::vector<size_t> general_elems;  // (K) their sizes: the K largest buckets other than the last, padded, largest first
+  size_t reserved_elems = 0;         // the last (wte's) bucket, padded
+  size_t total_elems() const {
+    size_t t = reserved_elems;
+    for (size_t e : general_elems) t += e;
+    return t;
+  }
 };
 
-struct StrategyOptions {
-  StrategyKind kind = StrategyKind::ddp;
-  double bucket_mb = 25.0;     // bucket capacity in MiB of gradients (PyTorch DDP's default)
-  int buckets_in_flight = 2;   // zero2: size of the staging pool
-  bool grad_shard_fp32 = false;  // zero2, bf16 mode: keep the owned gradient shard in fp32
-                                 // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
-  AdamWConfig adamw;
-  float grad_clip = 1.0f;      // clip the global norm to this; <= 0 disables clipping
-};
+// The pool zero2 allocates for a plan when `requested` buffers in flight are asked for.
+// The rule lives here once (zero2.cpp): Zero2Strategy allocates exactly this, and
+// `ringzero memory`, which predicts strategies it never builds, asks the same function.
+StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan, int requested);
+
+// The fewest general buffers zero2 can run with: one for every bucket that one backward
+// unit (a (weight, bias) pair, grad_ready_ranges in model/layout.h) spans, since a unit's
+// buckets are written before either is ready (the last bucket is excluded: it holds wte
+// and has its own reserved buffer).
+int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);
 
 struct StepStats {
   float grad_norm = 0.0f;          // global L2 norm of the averaged gradient, before clipping
@@ -76,6 +82,11 @@ class Strategy {
   virtual void set_optimizer_state(const float* master_full, const float* m_full,
                                    const float* v_full, uint64_t step) = 0;
   virtual uint64_t optimizer_step() const = 0;  // AdamW's t: steps taken so far
+
+  // --- what the strategy built, for reports (they ask; they never rebuild it).
+  virtual const BucketPlan& bucket_plan() const = 0;
+  virtual const StrategyOptions& options() const = 0;
+  virtual StagingPool staging_pool() const { return {}; }
 };
 
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);

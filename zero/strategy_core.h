@@ -12,10 +12,10 @@
 // Legend: N ranks, P = layout.total parameters, S_b = shard of bucket b (padded_b / N).
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <vector>
 
+#include "base/clock.h"
 #include "zero/buckets.h"
 #include "zero/strategy.h"
 
@@ -30,7 +30,8 @@ class StrategyCore : public Strategy, public GradSink {
   void grads_ready(size_t begin, size_t end) override;
   uint64_t optimizer_step() const override { return t_; }
 
-  const BucketPlan& plan() const { return plan_; }
+  const BucketPlan& bucket_plan() const override { return plan_; }
+  const StrategyOptions& options() const override { return opts_; }
 
  protected:
   // Called when bucket b's gradients are final for this backward (and communication is due).
@@ -52,11 +53,6 @@ class StrategyCore : public Strategy, public GradSink {
   // precision), grad (n, grad_dtype), m, v (n, fp32).
   void adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m, float* v,
              size_t n, bool decay, float lr, float grad_scale) const;
-
-  using Clock = std::chrono::steady_clock;
-  static double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  }
 
   GPT2& model_;
   Backend& be_;        // the model's: gradients, shards and optimizer state live on its device

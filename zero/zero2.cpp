@@ -6,35 +6,49 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "zero/memory_formula.h"
 
 namespace rz {
 
-int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested) {
-  // Never more general buffers than there are buckets to stage in them.
-  const int general = static_cast<int>(plan.buckets.size()) - 1;
-  if (general <= 0) return 0;
-  return std::min(general, std::max(requested, min_buckets_in_flight(layout, plan)));
+int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
+  // While backward writes one unit (grad_ready_ranges), every unit before it is reported
+  // ready, so the only buckets it can hold open are the ones that unit touches.
+  const int last = static_cast<int>(plan.buckets.size()) - 1;
+  int need = 1;
+  for (auto [begin, end] : grad_ready_ranges(layout)) {
+    int b0 = plan.bucket_of(begin);
+    int b1 = plan.bucket_of(end - 1);
+    need = std::max(need, std::min(b1, last - 1) - b0 + 1);  // general-pool buckets only
+  }
+  return need;
 }
 
-std::vector<size_t> zero2_slot_elems(const BucketPlan& plan, int pool_size) {
-  std::vector<size_t> sizes;
-  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b) sizes.push_back(plan.buckets[b].padded);
-  std::sort(sizes.begin(), sizes.end(), std::greater<size_t>());
-  sizes.resize(std::min(sizes.size(), static_cast<size_t>(std::max(pool_size, 0))));
-  return sizes;
+StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan, int requested) {
+  StagingPool pool;
+  if (plan.buckets.empty()) return pool;
+  // Each buffer holds one bucket (padded): the reduce-scatter is in place.
+  pool.reserved_elems = plan.buckets.back().padded;
+  const int others = static_cast<int>(plan.buckets.size()) - 1;
+  if (others == 0) return pool;  // the reserved buffer holds the whole model
+  // Never more general buffers than there are buckets to stage in them, and each sized
+  // like one of the largest buckets: a bucket takes the smallest free buffer that holds
+  // it. So the pool never holds more than the gradients it stages (zero2 <= zero1), and
+  // the two buckets one backward unit can hold open always fit at once (the larger one
+  // in the largest buffer).
+  pool.general = std::min(others, std::max(requested, min_buckets_in_flight(layout, plan)));
+  for (int b = 0; b < others; ++b) pool.general_elems.push_back(plan.buckets[b].padded);
+  std::sort(pool.general_elems.begin(), pool.general_elems.end(), std::greater<size_t>());
+  pool.general_elems.resize(pool.general);
+  return pool;
 }
 
 Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : ShardedStrategy(model, comm, opts) {
-  pool_size_ = zero2_pool_size(layout_, plan_, opts.buckets_in_flight);
-  slot_elems_ = zero2_slot_elems(plan_, pool_size_);
-  const Bucket& last = plan_.buckets.back();
+  pool_ = zero2_staging_pool(layout_, plan_, opts.buckets_in_flight);
+  pool_size_ = pool_.general;
   const Device dev = model.device();
   staging_.resize(pool_size_ + 1);
-  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, slot_elems_[s] * grad_bytes_, dev);
-  staging_[pool_size_].allocate(MemTag::comm, last.padded * grad_bytes_, dev);
-  RZ_ENFORCE_EQ(staging_bytes(), zero2_staging_elems(plan_, pool_size_) * grad_bytes_);
+  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, pool_.general_elems[s] * grad_bytes_, dev);
+  staging_[pool_size_].allocate(MemTag::comm, pool_.reserved_elems * grad_bytes_, dev);
   busy_.assign(pool_size_ + 1, false);
   sent_.assign(pool_size_ + 1, false);
   for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
@@ -60,7 +74,7 @@ int Zero2Strategy::acquire_slot(int b) {
   auto best_fit = [&] {
     int best = -1;
     for (int i = 0; i < static_cast<int>(free_.size()); ++i)
-      if (slot_elems_[free_[i]] >= need && (best < 0 || slot_elems_[free_[i]] < slot_elems_[free_[best]]))
+      if (pool_.general_elems[free_[i]] >= need && (best < 0 || pool_.general_elems[free_[i]] < pool_.general_elems[free_[best]]))
         best = i;
     return best;
   };
@@ -70,10 +84,10 @@ int Zero2Strategy::acquire_slot(int b) {
     // comm thread will release them. Otherwise every such buffer belongs to a bucket that
     // backward has not finished yet, and waiting would never end.
     bool any_sent = reserved ? static_cast<bool>(sent_[pool_size_]) : false;
-    for (int s = 0; !reserved && s < pool_size_; ++s) any_sent = any_sent || (sent_[s] && slot_elems_[s] >= need);
+    for (int s = 0; !reserved && s < pool_size_; ++s) any_sent = any_sent || (sent_[s] && pool_.general_elems[s] >= need);
     RZ_CHECK(any_sent,
              "zero2: all %d staging buckets hold unfinished gradients when bucket %d needs one; "
-             "raise --buckets-in-flight",
+             "raise the number of buckets in flight",
              pool_size_, b);
     released_.wait_for(lock, std::chrono::milliseconds(20));
     if (available()) break;

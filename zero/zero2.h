@@ -2,7 +2,7 @@
 //
 // There is no full gradient buffer. Backward writes into staging buffers (MemTag::comm):
 //   general pool  K = --buckets-in-flight buffers, sized like the K largest buckets other
-//                 than the last (padded; see zero2_slot_elems);
+//                 than the last (padded; see zero2_staging_pool);
 //   reserved      one buffer for the last bucket, the one holding wte. wte is tied: the
 //                 classifier writes its gradient at the very start of backward and the
 //                 token embedding finishes it at the very end, so that bucket is staged
@@ -30,16 +30,6 @@
 
 namespace rz {
 
-// The general pool size zero2 uses for a plan: max(requested, buckets one unit spans),
-// or 0 when the whole model is one bucket (the reserved buffer then holds it).
-int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested);
-
-// The general buffers' sizes (elements): the pool_size largest buckets other than the last,
-// largest first. A bucket takes the smallest free buffer that holds it. So the pool never
-// holds more than the gradients it stages (zero2 <= zero1 in memory), and the two buckets
-// one backward unit can hold open always fit at once (the larger in the largest buffer).
-std::vector<size_t> zero2_slot_elems(const BucketPlan& plan, int pool_size);
-
 class Zero2Strategy final : public ShardedStrategy {
  public:
   Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
@@ -48,8 +38,8 @@ class Zero2Strategy final : public ShardedStrategy {
   void* grad_ptr(size_t offset, size_t count) override;
   StepStats step(float lr) override;
 
-  int pool_size() const { return pool_size_; }
-  size_t staging_bytes() const;  // all staging buffers, general and reserved
+  StagingPool staging_pool() const override { return pool_; }
+  size_t staging_bytes() const;  // all staging buffers, general and reserved, as allocated
 
  private:
   void begin_window() override {}
@@ -59,9 +49,9 @@ class Zero2Strategy final : public ShardedStrategy {
   int acquire_slot(int b);  // blocks until a buffer is free; returns its index
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }
 
-  int pool_size_ = 0;                         // general buffers; index pool_size_ is the reserved one
-  std::vector<size_t> slot_elems_;            // (pool_size_) general buffer sizes, largest first
-  std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) x bucket, model precision
+  StagingPool pool_;                          // zero2_staging_pool() for this plan
+  int pool_size_ = 0;                         // pool_.general; index pool_size_ is the reserved one
+  std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) buckets, model precision
   std::vector<int> slot_of_;                  // per bucket in this backward: slot, -1 none, -2 sent
   DType owned_dtype_;                         // the model's precision, or f32 (grad_shard_fp32)
   Buffer<unsigned char> owned_grads_;         // (owned_numel) owned_dtype_, MemTag::grads

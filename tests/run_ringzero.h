@@ -1,0 +1,32 @@
+// tests/run_ringzero.h: run the real `ringzero` binary from a test and collect what it says.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+
+namespace rz::test {
+
+struct BinaryRun {
+  int status = -1;     // exit status, or 128 + the signal that ended it
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `RINGZERO_BINARY ARGS` through the shell under timeout(1) (killed 5 s after
+// timeout_s), so a hang fails the test instead of blocking CI. ARGS is shell text.
+inline BinaryRun run_ringzero(const std::string& args, int timeout_s = 120) {
+  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " '" + RINGZERO_BINARY + "' " + args + " 2>&1";
+  BinaryRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+}  // namespace rz::test
