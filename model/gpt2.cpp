@@ -23,6 +23,7 @@
 
 #include "base/check.h"
 #include "base/memory.h"
+#include "base/trace.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/crossentropy.h"
@@ -194,6 +195,7 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
 
   encoder_forward(a.encoded, in, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
+    RZ_TRACE_SCOPE("forward layer", l);
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     E* gelu_out = opts.recompute_gelu ? a.gelu_scratch : la.fch_gelu;
@@ -252,6 +254,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
   sink.grads_ready(0, lnfb.offset + lnfb.numel);
 
   for (int l = L - 1; l >= 0; --l) {
+    RZ_TRACE_SCOPE("backward layer", l);
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     const E* gelu_out = la.fch_gelu;

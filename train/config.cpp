@@ -79,6 +79,8 @@ const KeyDef kKeys[] = {
   {"sample_top_k", &TrainConfig::sample_top_k, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
   {"metrics", &TrainConfig::metrics, "JSONL file with one object per step (empty: none)"},
   {"memory_report", &TrainConfig::memory_report, "JSON file for the per-rank memory report after step 1 (empty: none)"},
+  {"trace", &TrainConfig::trace, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)"},
+  {"trace_steps", &TrainConfig::trace_steps, "steps A:B (1-based, inclusive) the --trace timeline covers"},
 };
 // clang-format on
 
