@@ -208,7 +208,7 @@ std::string histogram_panel(const std::vector<Group>& groups, const std::string&
   }
   s += "set title " + gp_string(title) + "\n";
   s += strfmt("set ylabel '%s per rank'\n", unit_name);
-  s += key ? "set key top left\n" : "unset key\n";
+  s += key ? "set key outside right top vertical title 'tag' reverse Left\n" : "unset key\n";
   return s + "plot " + plot + "\n";
 }
 
@@ -232,15 +232,18 @@ std::string memory_plot_script(const MemoryPlotArgs& a) {
   const bool both = !est.empty() && !meas.empty();
   std::string s = header(a.out, "", both ? 1500 : 1000, 620);
   s += "set datafile separator '\\t'\nset style data histograms\nset style histogram rowstacked gap 1\n"
-       "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.75\nset xtics rotate by -30 nomirror\n"
+       "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.75\nset xtics norotate nomirror\nset bmargin 5\n"
        "set grid ytics\nunset xlabel\nset yrange [0:*]\n";
-  if (both) s += "set multiplot layout 1,2 title " + gp_string(a.title.empty() ? "bytes per rank by tag" : a.title) + "\n";
+  if (both) s += "set multiplot title " + gp_string(a.title.empty() ? "bytes per rank by tag" : a.title) + "\n";
+  // Side by side: the estimates (many bars) get the wider panel, the measured one the key.
+  if (both) s += "set origin 0,0\nset size 0.56,0.94\n";
   if (!est.empty())
     s += histogram_panel(est, "est", both || a.title.empty() ? "estimate: ringzero memory --json" : a.title, unit,
-                         unit_name, true);
+                         unit_name, meas.empty());
+  if (both) s += "set origin 0.56,0\nset size 0.44,0.94\n";
   if (!meas.empty())
     s += histogram_panel(meas, "meas", both || a.title.empty() ? "measured: peak per tag (train --memory-report)" : a.title,
-                         unit, unit_name, !both);
+                         unit, unit_name, true);
   if (both) s += "unset multiplot\n";
   return s;
 }
@@ -250,6 +253,7 @@ std::string comm_plot_script(const CommPlotArgs& a) {
   RZ_CHECK(a.labels.empty() || a.labels.size() == a.results.size(),
            "--label: %zu labels for %zu result files (give one per file or none)", a.labels.size(), a.results.size());
   std::string data, plots;
+  double lo = 0, hi = 0;  // message sizes seen
   for (size_t f = 0; f < a.results.size(); ++f) {
     const std::string& path = a.results[f];
     const auto lines = lines_of(read_text(path, "--results"));
@@ -286,6 +290,8 @@ std::string comm_plot_script(const CommPlotArgs& a) {
       }
       RZ_CHECK(bytes > 0 && std::isfinite(busbw), "%s: size must be positive and busbw finite", where.c_str());
       rows += strfmt("%.17g %.9g\n", bytes, busbw);
+      lo = lo == 0 ? bytes : std::min(lo, bytes);
+      hi = std::max(hi, bytes);
     }
     RZ_CHECK(!rows.empty(), "--results: %s holds no result rows", path.c_str());
     if (!a.labels.empty()) label = a.labels[f];
@@ -296,7 +302,18 @@ std::string comm_plot_script(const CommPlotArgs& a) {
   }
   std::string s = header(a.out, a.title.empty() ? "bus bandwidth (nccl-tests busbw)" : a.title, 1000, 600);
   s += data;
-  s += "set logscale x 2\nset format x '%.0s%cB'\nset xlabel 'message size (bytes)'\n"
+  // Tics at powers of two (every second or fourth one on wide ranges), labelled 1K, 4M, ...
+  std::string tics;
+  const int first = static_cast<int>(std::floor(std::log2(lo))), last = static_cast<int>(std::ceil(std::log2(hi)));
+  const int stride = last - first > 24 ? 4 : last - first > 12 ? 2 : 1;
+  for (int e = first; e <= last; e += stride) {
+    const char* unit = e >= 30 ? "G" : e >= 20 ? "M" : e >= 10 ? "K" : "";
+    const int shift = e >= 30 ? 30 : e >= 20 ? 20 : e >= 10 ? 10 : 0;
+    tics += strfmt("%s'%llu%s' %.17g", tics.empty() ? "" : ", ", 1ull << (e - shift), unit, std::ldexp(1.0, e));
+  }
+  s += "set xtics (" + tics + ")\n";
+  s += strfmt("set xrange [%.17g:%.17g]\n", lo / 1.25, hi * 1.25);
+  s += "set logscale x 2\nset xlabel 'message size (bytes; K, M, G = 2^10, 2^20, 2^30)'\n"
        "set ylabel 'busbw (GB/s)'\nset key top left\nset yrange [0:*]\n";
   return s + "plot " + plots + "\n";
 }
