@@ -17,7 +17,6 @@ if [ ! -f "$data/train_000000.bin" ] || [ ! -f "$data/tokenizer.bin" ]; then
 fi
 runs=build/runs/tiny
 mkdir -p "$runs"
-rm -f "$runs/metrics.jsonl"
 build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
   --data "$data/train_*.bin" --val-data "$data/val_*.bin" \
   --metrics "$runs/metrics.jsonl" --memory-report "$runs/memory.json" \
@@ -25,9 +24,9 @@ build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
 
 # The pictures: the loss curve, and what each rank holds -- the estimate for configs/tiny.toml's
 # model (every strategy, N = 1, 2, 4, 8) beside what this run measured.
-build/ringzero memory --layers 4 --channels 128 --heads 4 --vocab 257 --seq 128 --batch 8 \
+build/ringzero memory --layers 4 --channels 128 --heads 4 --vocab 257 --seq 128 --batch 8 --bucket-mb 0.25 \
   --precision fp32 --nranks 1 --nranks 2 --nranks 4 --nranks 8 --json > "$runs/memory-estimate.json"
-build/ringzero plot loss --metrics "$runs/metrics.jsonl" --label "tiny, zero2, 2 ranks" \
+build/ringzero plot loss --metrics "$runs/metrics.jsonl" --label "configs/tiny.toml, zero2, 2 ranks${*:+ $*}" \
   --out "$runs/loss.png" >/dev/null
 build/ringzero plot memory --estimate "$runs/memory-estimate.json" --measured "$runs/memory.json" \
   --out "$runs/memory.png" >/dev/null

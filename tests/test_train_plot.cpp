@@ -177,3 +177,28 @@ TEST_CASE("plot errors are one line naming what was wrong", "[plot]") {
   CHECK(missing.status != 0);
   CHECK(missing.output.find("nope.jsonl") != std::string::npos);
 }
+
+TEST_CASE("plot trace draws each rank's compute and comm rows", "[plot]") {
+  json t = {{"traceEvents", json::array()}};
+  for (int r = 0; r < 2; ++r) {
+    t["traceEvents"].push_back({{"ph", "M"}, {"pid", r}, {"name", "process_name"}, {"args", {{"name", "rank"}}}});
+    t["traceEvents"].push_back({{"ph", "X"}, {"pid", r}, {"tid", 1}, {"name", "forward layer 0"}, {"ts", 0}, {"dur", 2000}});
+    t["traceEvents"].push_back({{"ph", "X"}, {"pid", r}, {"tid", 1}, {"name", "backward layer 0"}, {"ts", 2000}, {"dur", 3000}});
+    t["traceEvents"].push_back({{"ph", "X"}, {"pid", r}, {"tid", 2}, {"name", "all_reduce"}, {"ts", 2500}, {"dur", 1000}});
+    t["traceEvents"].push_back({{"ph", "C"}, {"pid", r}, {"name", "overlap %"}, {"ts", 0}, {"args", {{"value", 50.0}}}});
+  }
+  write(work_dir() / "trace.json", t.dump());
+  const fs::path png = work_dir() / "timeline.png";
+  Result r = run("plot trace --trace " + quote((work_dir() / "trace.json").string()) + " --out " + quote(png.string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(is_png(png));
+  const std::string script = read(work_dir() / "timeline.png.gp");
+  CHECK(script.find("'rank 1 comm'") != std::string::npos);
+  CHECK(script.find("overlap 50%") != std::string::npos);
+  CHECK(script.find("3 0.4 0.5 0.25") != std::string::npos);  // rank 1's all_reduce: centre 3 ms, half-width 0.5 ms
+  write(work_dir() / "notrace.json", "{\"rows\": []}");
+  Result bad = run("plot trace --trace " + quote((work_dir() / "notrace.json").string()) + " --out " + quote(png.string()));
+  CHECK(bad.status != 0);
+  CHECK(bad.output.find("not a Chrome trace-event file") != std::string::npos);
+}

@@ -288,8 +288,8 @@ int Trainer::run() {
   const double tokens_per_step = static_cast<double>(cfg_.batch) * cfg_.seq * world_ * accum_;
   const auto run_start = Clock::now();
   int steps_timed = 0;
-  timeline_ = std::make_unique<TraceWindow>(cfg_.trace, cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps), cfg_.steps,
-                                           cfg_.strategy + " " + cfg_.precision);
+  const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
+  timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps, cfg_.strategy + " " + cfg_.precision);
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
     comm_->reset_stats();
