@@ -233,7 +233,8 @@ std::string memory_plot_script(const MemoryPlotArgs& a) {
   std::string s = header(a.out, "", both ? 1500 : 1000, 620);
   s += "set datafile separator '\\t'\nset style data histograms\nset style histogram rowstacked gap 1\n"
        "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.75\nset xtics norotate nomirror\nset bmargin 5\n"
-       "set grid ytics\nunset xlabel\nset yrange [0:*]\n";
+       "set grid ytics\nunset xlabel\n";
+  s += strfmt("set yrange [0:%.6g]\n", top / unit * 1.08);  // one scale for both panels
   if (both) s += "set multiplot title " + gp_string(a.title.empty() ? "bytes per rank by tag" : a.title) + "\n";
   // Side by side: the estimates (many bars) get the wider panel, the measured one the key.
   if (both) s += "set origin 0,0\nset size 0.56,0.94\n";
