@@ -196,7 +196,7 @@ TEST_CASE("train --trace-steps past the run is clipped; a bad window is a one-li
   INFO(ok.output);
   REQUIRE(ok.status == 0);
   check_trace(read_json(out), 1, 3, 3, false);
-  for (const char* bad : {"4:2", "0:3", "x", "2:"}) {
+  for (const char* bad : {"4:2", "0:3", "x", "2:", "4:9"}) {
     Result r = run(base + quote((work_dir() / "bad.json").string()) + " --trace-steps " + bad);
     INFO(bad << ": " << r.output);
     CHECK(r.status != 0);

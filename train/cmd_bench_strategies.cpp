@@ -22,11 +22,11 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "base/trace.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
-#include "base/trace.h"
 #include "train/command.h"
 #include "train/timeline.h"
 #include "zero/strategy.h"
@@ -190,7 +190,10 @@ int run_bench_strategies(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (!a.trace_steps.empty()) parse_trace_steps(a.trace_steps, "--trace-steps");
+  if (!a.trace_steps.empty())
+    RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
+             "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),
+             a.warmup + a.steps);
   model_preset(a.model);  // an unknown preset fails here, before any launch
 
   if (launched_by_ringzero()) return bench_rank(a);

@@ -71,7 +71,7 @@ int run_plot(int argc, char** argv) {
   return 0;
 }
 
-const RegisterCommand kRegister{Command{"plot", "pictures through gnuplot: loss curves, memory by tag, comm bandwidth",
+const RegisterCommand kRegister{Command{"plot", "pictures through gnuplot: loss curves, memory by tag, comm bandwidth, trace timelines",
                                         run_plot, 62}};
 
 }  // namespace

@@ -68,6 +68,9 @@ void TraceWindow::end_step(Communicator& comm, int step, double overlap) {
 
 void TraceWindow::finish(Communicator& comm) {
   if (open_ && !written_) write(comm);
+  if (active() && !open_ && comm.rank() == 0)  // e.g. resumed after the window
+    std::printf("trace: steps %d..%d did not run in this process; no trace written to %s\n", steps_.first,
+                steps_.last, path_.c_str());
 }
 
 void TraceWindow::write(Communicator& comm) {
