@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "base/clock.h"
+#include "base/trace.h"
 
 namespace rz {
 
@@ -53,6 +54,7 @@ struct RingCommunicator::Task {
   Body body;
   OnDone on_done;
   std::shared_ptr<RingWork> work;
+  int trace_bucket = -1;  // the issuing thread's trace::bucket(), for the comm track
 };
 
 CommOptions resolve_comm_options(const CommOptions& opts) {
@@ -118,6 +120,18 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
   c.bytes_sent += ctx.bytes_sent;
   c.bytes_recv += ctx.bytes_recv;
   c.seconds += seconds_since(t0);
+  if (trace::enabled()) trace_collective(kind, fp, seq, ctx.bytes_sent, t0);
+}
+
+void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& fp, uint64_t seq, uint64_t bytes_sent,
+                                        std::chrono::steady_clock::time_point t0) const {
+  const double dur = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double end = trace::now_us();
+  std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
+                            static_cast<unsigned long long>(bytes_sent), static_cast<unsigned long long>(fp.count),
+                            dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(seq));
+  if (trace::bucket() >= 0) args += strfmt(",\"bucket\":%d", trace::bucket());
+  trace::span(rank_, trace::Track::comm, collective_name(kind), end - dur, dur, args);
 }
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body) {
@@ -140,7 +154,7 @@ void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, 
 
 WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done) {
   auto work = std::make_shared<RingWork>();
-  auto task = std::make_unique<Task>(Task{kind, fp, std::move(body), std::move(on_done), work});
+  auto task = std::make_unique<Task>(Task{kind, fp, std::move(body), std::move(on_done), work, trace::bucket()});
   std::lock_guard<std::mutex> l(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
   queue_.push_back(std::move(task));
@@ -160,6 +174,7 @@ void RingCommunicator::comm_thread_main() {
       busy_ = true;
     }
     std::exception_ptr err;
+    trace::set_bucket(task->trace_bucket);
     try {
       execute(task->kind, task->fp, task->body);
       if (task->on_done) task->on_done();

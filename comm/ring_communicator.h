@@ -11,6 +11,7 @@
 //   - CommStats: calls, payload bytes and wall time per collective kind.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -66,6 +67,9 @@ class RingCommunicator final : public Communicator {
   void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body);
   WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done);
   void comm_thread_main();
+  // One span on this rank's comm track of the trace (base/trace.h) when a window is open.
+  void trace_collective(CollectiveKind kind, const Fingerprint& fp, uint64_t seq, uint64_t bytes_sent,
+                        std::chrono::steady_clock::time_point t0) const;
 
   int rank_, nranks_;
   std::string transport_;

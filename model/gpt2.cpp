@@ -26,6 +26,7 @@
 
 #include "base/check.h"
 #include "base/memory.h"
+#include "base/trace.h"
 
 namespace rz {
 
@@ -195,6 +196,7 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
 
   op.encoder_forward(a.encoded, a.inputs, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
+    RZ_TRACE_SCOPE("forward layer", l);
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     E* gelu_out = opts.recompute_gelu ? a.gelu_scratch : la.fch_gelu;
@@ -261,6 +263,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
   report_ready();  // lnf
 
   for (int l = L - 1; l >= 0; --l) {
+    RZ_TRACE_SCOPE("backward layer", l);
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     const E* gelu_out = la.fch_gelu;

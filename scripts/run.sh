@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job: installs what is missing, builds Release, prepares the fortunes
 # corpus (once), then trains configs/tiny.toml on 2 CPU processes with ZeRO-2: the loss
-# going down, a memory table comparing what each rank holds, and generated text at the end.
+# going down, a memory table comparing what each rank holds, and generated text at the end;
+# then draws the loss curve and the memory picture (gnuplot) and prints their paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -14,7 +15,19 @@ if [ ! -f "$data/train_000000.bin" ] || [ ! -f "$data/tokenizer.bin" ]; then
   build/ringzero prepare --input "$f/literature" "$f/science" "$f/computers" "$f/wisdom" \
     --split-fortunes --tokenizer byte --val-fraction 0.05 --out "$data"
 fi
-exec build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
+runs=build/runs/tiny
+mkdir -p "$runs"
+build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
   --data "$data/train_*.bin" --val-data "$data/val_*.bin" \
-  --metrics build/runs/tiny/metrics.jsonl --memory-report build/runs/tiny/memory.json \
-  --save-dir build/runs/tiny/ckpt --keep 1 "$@"
+  --metrics "$runs/metrics.jsonl" --memory-report "$runs/memory.json" \
+  --save-dir "$runs/ckpt" --keep 1 "$@"
+
+# The pictures: the loss curve, and what each rank holds -- the estimate for configs/tiny.toml's
+# model (every strategy, N = 1, 2, 4, 8) beside what this run measured.
+build/ringzero memory --layers 4 --channels 128 --heads 4 --vocab 257 --seq 128 --batch 8 --bucket-mb 0.25 \
+  --precision fp32 --nranks 1 --nranks 2 --nranks 4 --nranks 8 --json > "$runs/memory-estimate.json"
+build/ringzero plot loss --metrics "$runs/metrics.jsonl" --label "configs/tiny.toml, zero2, 2 ranks${*:+ $*}" \
+  --out "$runs/loss.png" >/dev/null
+build/ringzero plot memory --estimate "$runs/memory-estimate.json" --measured "$runs/memory.json" \
+  --out "$runs/memory.png" >/dev/null
+echo "pictures: $runs/loss.png (loss and validation loss), $runs/memory.png (bytes per rank by tag)"

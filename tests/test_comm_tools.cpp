@@ -43,3 +43,36 @@ TEST_CASE("comm-bench rejects bad flags with one line") {
   CHECK(rc != 0);
   CHECK(out.find("--max-bytes") != std::string::npos);
 }
+
+TEST_CASE("comm-trace --example runs the article's [1,2,3,4] and [5,6,7,8] through the ring") {
+  auto [rc, out] = run_ringzero("comm-trace --example");
+  INFO(out);
+  REQUIRE(rc == 0);
+  // AllGather: each rank's buffer after its one round.
+  CHECK(out.find("receives chunk 1 from rank 1 and stores it: [1, 2, 3, 4 | 5, 6, 7, 8]") != std::string::npos);
+  // ReduceScatter: rank 0 keeps the front half, rank 1 the back half.
+  CHECK(out.find("receives chunk 0 from rank 1 and adds it to its own: [6, 8 | 3, 4]") != std::string::npos);
+  CHECK(out.find("receives chunk 1 from rank 0 and adds it to its own: [5, 6 | 10, 12]") != std::string::npos);
+  CHECK(out.find("rank 0 keeps chunk 0 [6, 8], rank 1 keeps chunk 1 [10, 12]") != std::string::npos);
+  // AllReduce ends with the full sum everywhere; bytes come from the counters: 2(N-1)/N x 16.
+  CHECK(out.find("both ranks hold [6, 8, 10, 12]") != std::string::npos);
+  CHECK(out.find("bytes sent: rank 0 16, rank 1 16\n  (one chunk per phase") != std::string::npos);
+  CHECK(out.find("leaves the reduced chunk r on rank r") != std::string::npos);
+}
+
+TEST_CASE("comm-trace --follow-chunk prints one chunk's path round by round") {
+  rz::test::BinaryRun r = run_ringzero("comm-trace --op reduce_scatter --nranks 4 --follow-chunk 0");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("round 1: rank 1 sends b0 -> rank 2, which adds c0: b0+c0\n") != std::string::npos);
+  CHECK(r.output.find("round 3: rank 3 sends b0+c0+d0 -> rank 0, which adds a0: b0+c0+d0+a0  (finished, on rank 0)") !=
+        std::string::npos);
+  CHECK(r.output.find("article's 4-rank table") != std::string::npos);
+  r = run_ringzero("comm-trace --op all_reduce --nranks 3 --follow-chunk 2");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("round 2: rank 0 forwards S2 -> rank 1  (3 of 3 ranks hold it)") != std::string::npos);
+  r = run_ringzero("comm-trace --nranks 3 --follow-chunk 3");
+  CHECK(r.status != 0);
+  CHECK(r.output.find("--follow-chunk: expected a chunk index 0..2") != std::string::npos);
+}

@@ -22,11 +22,13 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "base/trace.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "train/command.h"
+#include "train/timeline.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -46,7 +48,16 @@ struct BenchArgs {
   int accum = 1;
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
+  std::string trace;               // --trace FILE: one timeline per strategy, FILE with .STRATEGY before its extension
+  std::string trace_steps;         // A:B; default: the first three timed steps
 };
+
+// "run.json" -> "run.zero2.json": one trace file per strategy.
+std::string trace_path_for(const std::string& path, const std::string& strategy) {
+  const size_t slash = path.find_last_of('/'), dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + strategy;
+  return path.substr(0, dot) + "." + strategy + path.substr(dot);
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -83,6 +94,10 @@ int bench_rank(const BenchArgs& a) {
   so.buckets_in_flight = a.buckets_in_flight;
   auto st = make_strategy(model, *comm, so);
 
+  TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
+  if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
+  TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
+                       a.strategy + " " + a.precision);
   const int B = a.batch, T = a.seq, V = cfg.vocab_size;
   std::vector<int> in(B * T), tg(B * T);
   std::vector<double> step_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms;
@@ -91,6 +106,7 @@ int bench_rank(const BenchArgs& a) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
   for (int step = 0; step < a.warmup + a.steps; ++step) {
+    timeline.begin_step(*comm, step + 1);
     auto t0 = Clock::now();
     for (int m = 0; m < a.accum; ++m) {
       for (int i = 0; i < B * T + 1; ++i) {
@@ -102,14 +118,20 @@ int bench_rank(const BenchArgs& a) {
         if (i < B * T) in[i] = tok;
         if (i > 0) tg[i - 1] = tok;
       }
-      model.forward(in.data(), tg.data(), B, T);
+      { RZ_TRACE_SCOPE("forward"); model.forward(in.data(), tg.data(), B, T); }
+      RZ_TRACE_SCOPE("backward");
       model.backward(st->begin_micro_step(m, a.accum), 1.0f / a.accum);
       st->end_micro_step();
     }
     double fb = ms(t0);
     auto t1 = Clock::now();
-    StepStats s = st->step(3e-4f);
+    StepStats s;
+    {
+      RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
+      s = st->step(3e-4f);
+    }
     double opt = ms(t1), total = ms(t0);
+    timeline.end_step(*comm, step + 1, s.comm_overlapped);
     if (step >= a.warmup) {
       step_ms.push_back(total);
       fb_ms.push_back(fb);
@@ -119,6 +141,7 @@ int bench_rank(const BenchArgs& a) {
       comm_ms.push_back(s.comm_seconds * 1e3);
     }
   }
+  timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
   model.get_params_f32(params.data());
   if (env.rank == 0) {
@@ -160,11 +183,19 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--trace", a.trace,
+                 "Chrome trace-event timeline (Perfetto, chrome://tracing) per strategy: FILE.STRATEGY.json");
+  app.add_option("--trace-steps", a.trace_steps, "steps A:B (1-based, warmup included) the trace covers "
+                                                  "(default: the first three timed steps)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (!a.trace_steps.empty())
+    RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
+             "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),
+             a.warmup + a.steps);
   model_preset(a.model);  // an unknown preset fails here, before any launch
 
   if (launched_by_ringzero()) return bench_rank(a);

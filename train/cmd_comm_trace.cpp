@@ -20,6 +20,7 @@
 #include "comm/ring.h"
 #include "comm/ring_communicator.h"
 #include "train/command.h"
+#include "train/ring_example.h"
 
 namespace rz {
 namespace {
@@ -78,6 +79,8 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 int run_comm_trace(int argc, char** argv) {
   std::string op = "all_reduce";
   int N = 4;
+  int follow_chunk = -1;
+  bool example = false;
   CLI::App app{
       "Print, round by round, what each rank of the ring sends to its right neighbour, receives from\n"
       "its left one and holds after the round (the layout of the seed article's tables; docs/comm.md).\n"
@@ -87,10 +90,23 @@ int run_comm_trace(int argc, char** argv) {
   app.add_option("--op", op, "all_gather, reduce_scatter or all_reduce")
       ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce"}))->capture_default_str();
   app.add_option("--nranks", N, "ranks on the ring (2..16)")->check(CLI::Range(2, 16))->capture_default_str();
+  app.add_option("--follow-chunk", follow_chunk, "print only chunk K's path around the ring, round by round");
+  app.add_flag("--example", example,
+               "the article's two ranks [1,2,3,4] and [5,6,7,8] through AllGather, ReduceScatter and AllReduce:\n"
+               "every rank's buffer after every round");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (example) {
+    RZ_CHECK(follow_chunk < 0, "--example: cannot be combined with --follow-chunk");
+    print_article_example(stdout);
+    return 0;
+  }
+  if (app.count("--follow-chunk") > 0) {
+    print_chunk_path(stdout, op, N, follow_chunk);
+    return 0;
   }
   CommOptions opts;
   opts.timeout_s = 30;
@@ -197,6 +213,7 @@ int run_comm_trace(int argc, char** argv) {
     }
     print_table(rows);
   }
+  if (op != "all_gather") std::printf("%s", chunk_ownership_note());
   return 0;
 }
 

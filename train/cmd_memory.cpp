@@ -50,6 +50,7 @@ struct Row {
   double states_paper = 0, states = 0;  // bytes per rank
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
+  ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
   double total() const { return states + std::max(0.0, staging) + std::max(0.0, activations); }
 };
 
@@ -165,6 +166,7 @@ int run_memory(int argc, char** argv) {
         ExactStateBytes e = exact_state_bytes(plan, k, prec, pool);
         r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging);
+        r.exact = e;
         r.staging = static_cast<double>(e.staging);
         r.activations = act;
       }
@@ -189,6 +191,15 @@ int run_memory(int argc, char** argv) {
                        {"bytes_per_param", r.ringzero.total()},
                        {"model_states_paper_bytes", r.states_paper},
                        {"model_states_bytes", r.states}};
+      // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
+      auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
+      o["bytes_by_tag"] = {{"params", tag(r.exact.params, r.ringzero.params)},
+                           {"grads", tag(r.exact.grads, r.ringzero.grads)},
+                           {"master", tag(r.exact.master, r.ringzero.master)},
+                           {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
+                           {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
+                           {"comm", shape ? r.staging : 0.0},
+                           {"activations", shape ? r.activations : 0.0}};
       if (shape) {
         o["staging_bytes"] = r.staging;
         o["activation_bytes"] = r.activations;

@@ -10,6 +10,7 @@
 #include "train/command.h"
 #include "train/config.h"
 #include "train/loop.h"
+#include "train/timeline.h"
 
 namespace rz {
 namespace {
@@ -22,6 +23,11 @@ int run_train(int argc, char** argv) {
   TrainConfig cfg;
   if (!parse_train_args(argc, argv, cfg)) return 0;
   validate_config(cfg);
+  if (!cfg.trace.empty()) {  // a bad window fails before any launch
+    const TraceSteps w = parse_trace_steps(cfg.trace_steps);
+    RZ_CHECK(w.first <= cfg.steps, "trace_steps: %s starts after the run's last step %d", cfg.trace_steps.c_str(),
+             cfg.steps);
+  }
   if ((cfg.nproc_per_node > 1 || cfg.nnodes > 1) && !started_as_rank()) {
     std::vector<std::string> child = {self_executable()};
     for (int i = 0; i < argc; ++i) child.emplace_back(argv[i]);

@@ -100,6 +100,8 @@ const Setting kSettings[] = {
   {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
   {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)"},
   {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)"},
+  {"trace", &TrainConfig::trace, Allowed::any, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)"},
+  {"trace_steps", &TrainConfig::trace_steps, Allowed::any, "steps A:B (1-based, inclusive) the --trace timeline covers"},
 };
 // clang-format on
 

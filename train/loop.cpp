@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "base/trace.h"
 #include "comm/factory.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -23,6 +24,7 @@
 #include "train/generate.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "train/timeline.h"
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
 #include "zero/memory_report.h"
@@ -102,6 +104,7 @@ class Trainer {
   SampleRng rng_;
   int start_step_ = 0;
   MetricsWriter metrics_;
+  std::unique_ptr<TraceWindow> timeline_;  // --trace
 };
 
 void Trainer::setup() {
@@ -292,17 +295,22 @@ int Trainer::run() {
   const double tokens_per_step = static_cast<double>(cfg_.batch) * cfg_.seq * world_ * accum_;
   const auto run_start = Clock::now();
   int steps_timed = 0;
+  const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
+  timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
+                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision));
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
     comm_->reset_stats();
+    timeline_->begin_step(*comm_, s + 1);
     StepRecord rec;
     rec.step = s + 1;
     rec.steps = cfg_.steps;
     rec.lr = sched.at(s);
     double loss_sum = 0;
     for (int micro = 0; micro < accum_; ++micro) {
-      train_->next_batch(inputs_.data(), targets_.data());
-      const float local = model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
+      { RZ_TRACE_SCOPE("data"); train_->next_batch(inputs_.data(), targets_.data()); }
+      float local;
+      { RZ_TRACE_SCOPE("forward"); local = model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq); }
       const float loss = all_reduce_mean(local);
       if (!std::isfinite(loss)) {
         RZ_CHECK(cfg_.skip_nonfinite && micro == 0,
@@ -316,11 +324,13 @@ int Trainer::run() {
         break;
       }
       loss_sum += loss;
+      RZ_TRACE_SCOPE("backward");
       model_->backward(strategy_->begin_micro_step(micro, accum_), 1.0f / static_cast<float>(accum_));
       strategy_->end_micro_step();
     }
     rec.loss = static_cast<float>(loss_sum / accum_);
     if (!rec.skipped) {
+      RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
       const StepStats st = strategy_->step(static_cast<float>(rec.lr));
       rec.grad_norm = st.grad_norm;
       rec.comm_bytes = st.comm_bytes_sent;
@@ -330,13 +340,17 @@ int Trainer::run() {
     const double step_s = seconds_since(t0);
     rec.step_ms = step_s * 1e3;
     rec.tokens_per_s = tokens_per_step / step_s;
+    rec.tokens = static_cast<uint64_t>(tokens_per_step) * static_cast<uint64_t>(s + 1);
     const MemoryTracker& mt = MemoryTracker::global();
     for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t));
     rec.mem_peak_total = mt.peak_total();
     const std::vector<float> peaks = gather_peak_mib(*comm_);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
-    if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) rec.val_loss = eval_loss();
+    if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
+      RZ_TRACE_SCOPE("eval");
+      rec.val_loss = eval_loss();
+    }
     if (rank0()) {
       ++steps_timed;
       const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
@@ -349,8 +363,13 @@ int Trainer::run() {
       metrics_.write(rec);
     }
     if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
-    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) save(s + 1);
+    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
+      RZ_TRACE_SCOPE("checkpoint");
+      save(s + 1);
+    }
+    timeline_->end_step(*comm_, s + 1, rec.overlap);
   }
+  timeline_->finish(*comm_);
   if (rank0() && start_step_ >= cfg_.steps)
     std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start_step_, cfg_.steps);
   comm_->barrier();

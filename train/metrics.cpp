@@ -38,6 +38,7 @@ std::string metrics_json_line(const StepRecord& r) {
   if (r.val_loss) j["val_loss"] = num(*r.val_loss);
   j["lr"] = r.lr;
   j["grad_norm"] = num(r.grad_norm);
+  j["tokens"] = r.tokens;
   j["tokens_per_s"] = r.tokens_per_s;
   j["step_ms"] = r.step_ms;
   j["comm_bytes"] = r.comm_bytes;

@@ -19,6 +19,7 @@ struct StepRecord {
   double lr = 0.0;
   float grad_norm = 0.0f;
   double tokens_per_s = 0.0;       // all ranks together
+  uint64_t tokens = 0;             // tokens seen by all ranks up to and including this step
   double step_ms = 0.0;
   uint64_t comm_bytes = 0;         // sent by this rank during the step
   double comm_ms = 0.0;

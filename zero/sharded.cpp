@@ -56,6 +56,7 @@ StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float 
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const Bucket& bk = plan_.buckets[b];
     auto r = plan_.owned_layout_range(b, rank_);
+    trace::BucketLabel label(b);
     gathers.push_back(comm_.all_gather_async(params + r.first * grad_bytes_,
                                              params + bk.begin * grad_bytes_, bk.numel(), pdt));
   }

@@ -75,7 +75,7 @@ void StrategyCore::grads_ready(size_t begin, size_t end) {
   const bool communicate = communicates_every_micro_step() || micro_ == accum_ - 1;
   while (next_bucket_ < static_cast<int>(plan_.buckets.size()) &&
          plan_.buckets[next_bucket_].end <= ready_upto_) {
-    if (communicate) submit_bucket(next_bucket_);
+    if (communicate) submit_bucket_labelled(next_bucket_);
     ++next_bucket_;
   }
 }
@@ -87,6 +87,7 @@ void StrategyCore::end_micro_step() {
 }
 
 void StrategyCore::wait_grad_work() {
+  RZ_TRACE_SCOPE("wait for gradient collectives");
   auto t0 = Clock::now();
   for (auto& w : grad_work_) w->wait();
   grad_work_.clear();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/trace.h"
 #include "zero/buckets.h"
 #include "zero/strategy.h"
 
@@ -36,6 +37,11 @@ class StrategyCore : public Strategy, public GradSink {
  protected:
   // Called when bucket b's gradients are final for this backward (and communication is due).
   virtual void submit_bucket(int b) = 0;
+  // submit_bucket(b) with its collectives labelled "bucket b" on the trace's comm track.
+  void submit_bucket_labelled(int b) {
+    trace::BucketLabel label(b);
+    submit_bucket(b);
+  }
   // Called at micro-step 0, before backward: start a new accumulation window.
   virtual void begin_window() = 0;
   // Called at every micro-step, after begin_window() on micro-step 0.
