@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "comm/mpi_communicator.h"
 #include "comm/ring_communicator.h"
 #include "comm/transports.h"
 
@@ -40,6 +41,14 @@ std::string host_identity() {
 
 }  // namespace
 
+#ifndef RINGZERO_HAVE_MPI
+bool mpi_backend_built() { return false; }
+std::unique_ptr<Communicator> connect_mpi_communicator(const RankEnv&, const CommOptions&) {
+  RZ_FAIL("comm mpi: this ringzero was built without MPI (install openmpi-bin libopenmpi-dev and reconfigure; "
+          "CMake option RINGZERO_MPI)");
+}
+#endif
+
 RankEnv rank_env_from_environment() {
   RankEnv e;
   env_int({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"}, 0, 1 << 20, e.rank);
@@ -54,6 +63,9 @@ RankEnv rank_env_from_environment() {
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
+  RZ_CHECK(opts.backend == "ring" || opts.backend == "mpi", "comm: expected ring or mpi, found '%s'",
+           opts.backend.c_str());
+  if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
   RZ_CHECK(opts.transport == "auto" || opts.transport == "shm" || opts.transport == "tcp",
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",

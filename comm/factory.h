@@ -10,6 +10,7 @@
 namespace rz {
 
 struct CommOptions {
+  std::string backend = "ring";     // ring (ringzero's own collectives) | mpi (MPI library, under mpirun)
   std::string transport = "auto";   // auto | thread | shm | tcp; auto = shm when all ranks share a host
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
@@ -30,7 +31,8 @@ struct RankEnv {
 };
 RankEnv rank_env_from_environment();
 
-// Connects this process to the others: rendezvous at master_addr:master_port (rank 0
+// Connects this process to the others. backend mpi: through the MPI library (ranks from
+// mpirun; transport is ignored; see comm/mpi_communicator.h). backend ring: rendezvous at master_addr:master_port (rank 0
 // serves the store), then builds the ring over the chosen transport. world_size 1 gives
 // a communicator whose collectives are local copies.
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& opts);

@@ -2,6 +2,7 @@
 #include "comm/slot_ring.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -51,6 +52,26 @@ inline void cpu_relax() {
 #endif
 }
 
+// True when this process may use fewer cores than there are ranks on the host, so a
+// waiting rank should hand its core over quickly. LOCAL_WORLD_SIZE (ringzero's launcher,
+// torchrun) or OMPI_COMM_WORLD_LOCAL_SIZE (mpirun) say how many ranks share the host;
+// without them (thread transport), assume oversubscription when the process has < 4 cores.
+bool oversubscribed() {
+  static const bool v = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    long local = 0;
+    for (const char* n : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+      if (const char* e = std::getenv(n); e != nullptr && *e != 0) {
+        local = std::atol(e);
+        break;
+      }
+    return local > 0 ? local > cores : cores < 4;
+  }();
+  return v;
+}
+
 }  // namespace
 
 size_t SlotRing::mapping_bytes(uint32_t nslots, size_t slot_bytes) {
@@ -81,14 +102,32 @@ char* SlotRing::slot(uint32_t i) {
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
                         const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
-  auto start = clock::now();
-  // Spin ~20 us: a neighbour on another core usually publishes within that.
-  for (int i = 0; i < 2000; ++i) {
+  // 1. Spin briefly: a neighbour running on another core usually publishes within a few
+  //    microseconds. Keep it short when ranks outnumber cores: the peer may need this core.
+  const int spins = oversubscribed() ? 64 : 2000;
+  for (int i = 0; i < spins; ++i) {
     if (ready()) return;
     cpu_relax();
   }
+  auto start = clock::now();
   auto deadline = start + std::chrono::duration<double>(watch.timeout_s);
-  auto next_pid_check = start;
+  // 2. Yield for up to kYieldPhase: gives the core to a runnable peer (or its comm
+  //    thread) without the wake-up latency of a futex sleep, which costs tens of
+  //    microseconds per hop. Only a peer that is busy computing for longer than this
+  //    (a rank waiting at the start of a collective) ends up in phase 3.
+  constexpr auto kYieldPhase = std::chrono::milliseconds(2);
+  auto next_pid_check = start + std::chrono::milliseconds(50);
+  for (unsigned i = 0;; ++i) {
+    if (ready()) return;
+    if ((i & 15) == 15) {
+      if (watch.stop && watch.stop()) return;
+      if (hdr_->closed.load() != 0) break;  // reported below
+      if (clock::now() - start >= kYieldPhase) break;
+    }
+    sched_yield();
+  }
+  // 3. Sleep on the futex in short slices, checking the closed flag, the deadline and
+  //    whether the peer process still exists between slices.
   for (;;) {
     uint32_t seen = word.load();
     if (ready()) return;

@@ -9,8 +9,10 @@
 // to do sleeps on them with a futex (shared, so it works across processes).
 //
 // Waiting: spin for a few microseconds (a neighbour that runs on another core usually
-// answers within that), then futex-sleep in short slices, checking between slices the
-// closed flag, the deadline and (shm) whether the peer process still exists.
+// answers within that; a few iterations only when ranks outnumber cores), then yield the
+// core for up to 2 ms (a descheduled peer gets to run, and no futex wake-up latency sits
+// on the hot path), and only then futex-sleep in short slices, checking between slices
+// the closed flag, the deadline and (shm) whether the peer process still exists.
 #pragma once
 
 #include <atomic>

@@ -65,6 +65,7 @@ const KeyDef kKeys[] = {
   {"master_addr", &TrainConfig::master_addr, "rendezvous host (rank 0's node)"},
   {"master_port", &TrainConfig::master_port, "rendezvous port (0: pick a free one; single node only)"},
   {"transport", &TrainConfig::transport, "auto, shm or tcp"},
+  {"comm", &TrainConfig::comm, "collectives: ring (ringzero's own) or mpi (ranks started by mpirun)"},
   {"comm_timeout", &TrainConfig::comm_timeout, "seconds a collective may wait for a peer before failing"},
   {"bucket_mb", &TrainConfig::bucket_mb, "gradient bucket size in MiB"},
   {"buckets_in_flight", &TrainConfig::buckets_in_flight, "zero2: staging buckets reduce-scattering at once"},
@@ -251,6 +252,7 @@ void validate_config(const TrainConfig& c) {
            "strategy: expected ddp, zero1 or zero2, found '%s'", c.strategy.c_str());
   RZ_CHECK(c.transport == "auto" || c.transport == "shm" || c.transport == "tcp",
            "transport: expected auto, shm or tcp, found '%s'", c.transport.c_str());
+  RZ_CHECK(c.comm == "ring" || c.comm == "mpi", "comm: expected ring or mpi, found '%s'", c.comm.c_str());
   RZ_CHECK(!c.data.empty(), "data: no training data given (--data 'DIR/train_*.bin')");
   positive("steps", c.steps);
   positive("batch", c.batch);
