@@ -52,26 +52,6 @@ inline void cpu_relax() {
 #endif
 }
 
-// True when this process may use fewer cores than there are ranks on the host, so a
-// waiting rank should hand its core over quickly. LOCAL_WORLD_SIZE (ringzero's launcher,
-// torchrun) or OMPI_COMM_WORLD_LOCAL_SIZE (mpirun) say how many ranks share the host;
-// without them (thread transport), assume oversubscription when the process has < 4 cores.
-bool oversubscribed() {
-  static const bool v = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-    long local = 0;
-    for (const char* n : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})
-      if (const char* e = std::getenv(n); e != nullptr && *e != 0) {
-        local = std::atol(e);
-        break;
-      }
-    return local > 0 ? local > cores : cores < 4;
-  }();
-  return v;
-}
-
 }  // namespace
 
 size_t SlotRing::mapping_bytes(uint32_t nslots, size_t slot_bytes) {
@@ -102,10 +82,11 @@ char* SlotRing::slot(uint32_t i) {
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
                         const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
-  // 1. Spin briefly: a neighbour running on another core usually publishes within a few
-  //    microseconds. Keep it short when ranks outnumber cores: the peer may need this core.
-  const int spins = oversubscribed() ? 64 : 2000;
-  for (int i = 0; i < spins; ++i) {
+  // 1. Spin very briefly. Longer spins (2000 pauses, ~20 us) made the 8-byte all_reduce
+  //    9x slower on a loaded 2-core host (bench/results/comm-2026-11-30.md): the spinning
+  //    rank burns the time slice its peer needs. A yield that finds nothing else to run
+  //    returns at once, so phase 2 costs an idle host almost nothing.
+  for (int i = 0; i < 64; ++i) {
     if (ready()) return;
     cpu_relax();
   }
