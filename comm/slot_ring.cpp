@@ -82,10 +82,10 @@ char* SlotRing::slot(uint32_t i) {
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
                         const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
-  // 1. Spin very briefly. Longer spins (2000 pauses, ~20 us) made the 8-byte all_reduce
-  //    9x slower on a loaded 2-core host (bench/results/comm-2026-11-30.md): the spinning
-  //    rank burns the time slice its peer needs. A yield that finds nothing else to run
-  //    returns at once, so phase 2 costs an idle host almost nothing.
+  // 1. Spin very briefly. Longer spins (2000 pauses) made the 8-byte all_reduce 9x
+  //    slower on a loaded 2-core host (bench/results/comm-targets-2026-11-29.md): the
+  //    spinning rank burns the time slice its peer needs. A yield that finds nothing
+  //    else to run returns at once, so phase 2 costs an idle host almost nothing.
   for (int i = 0; i < 64; ++i) {
     if (ready()) return;
     cpu_relax();
