@@ -4,7 +4,7 @@
 //   test_comm_mpi_ranks            every collective, blocking and async, fp32 and bf16, sum
 //                                  and avg, counts that N does or does not divide; exit 0
 //   test_comm_mpi_ranks timeout    rank 1 skips a collective: rank 0 must fail within its
-//                                  1 s timeout with an error that names it and the collective
+//                                  3 s timeout with an error that names it and the collective
 //
 // Inputs are small integers, so every sum is exact and the expected values are closed-form.
 #include <unistd.h>
@@ -149,13 +149,13 @@ int main(int argc, char** argv) {
     rank = env.rank;
     CommOptions opts;
     opts.backend = "mpi";
-    if (mode == "timeout") opts.timeout_s = 1.0;
+    if (mode == "timeout") opts.timeout_s = 3.0;
     auto c = connect_communicator(env, opts);
     if (mode == "timeout") {
       std::vector<float> x(16, 1.f);
       c->all_reduce(x.data(), x.size(), DType::f32, ReduceOp::sum);  // both ranks: #1
       if (c->rank() == 1) {
-        sleep(4);  // skips #2 and leaves without finalizing; mpirun then ends the job
+        sleep(8);  // skips #2 and leaves without finalizing; mpirun then ends the job
         std::_Exit(3);
       }
       try {
