@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "comm/mpi_communicator.h"
 #include "comm/ring_communicator.h"
 #include "comm/transports.h"
 
@@ -42,6 +43,14 @@ std::string host_identity() {
 
 }  // namespace
 
+#ifndef RINGZERO_HAVE_MPI
+bool mpi_backend_built() { return false; }
+std::unique_ptr<Communicator> connect_mpi_communicator(const RankEnv&, const CommOptions&) {
+  RZ_FAIL("comm mpi: this ringzero was built without MPI (install openmpi-bin libopenmpi-dev and reconfigure; "
+          "CMake option RINGZERO_MPI)");
+}
+#endif
+
 RankEnv rank_env_from_environment() {
   RankEnv e;
   struct Launcher {
@@ -73,6 +82,9 @@ RankEnv rank_env_from_environment() {
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
+  RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
+           "comm: expected ring or mpi, found '%s'", opts.backend.c_str());
+  if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
   RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
                std::end(kProcessTransports),
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "

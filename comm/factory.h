@@ -13,8 +13,11 @@ namespace rz {
 // share a host, else tcp). `thread` is only for ranks that are threads of one process
 // (make_thread_communicators).
 inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
+// The collective backends --comm selects: ringzero's own ring, or the MPI library (mpirun).
+inline constexpr const char* kCommBackends[] = {"ring", "mpi"};
 
 struct CommOptions {
+  std::string backend = "ring";     // one of kCommBackends: ring (ringzero's own collectives) | mpi (under mpirun)
   std::string transport = "auto";   // one of kProcessTransports, or thread
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
@@ -43,7 +46,8 @@ struct RankEnv {
 };
 RankEnv rank_env_from_environment();
 
-// Connects this process to the others: rendezvous at master_addr:master_port (rank 0
+// Connects this process to the others. backend mpi: through the MPI library (ranks from
+// mpirun; transport is ignored; see comm/mpi_communicator.h). backend ring: rendezvous at master_addr:master_port (rank 0
 // serves the store), then builds the ring over the chosen transport. world_size 1 gives
 // a communicator whose collectives are local copies.
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& opts);

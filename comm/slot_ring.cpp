@@ -2,6 +2,7 @@
 #include "comm/slot_ring.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -81,14 +82,33 @@ char* SlotRing::slot(uint32_t i) {
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
                         const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
-  auto start = clock::now();
-  // Spin ~20 us: a neighbour on another core usually publishes within that.
-  for (int i = 0; i < 2000; ++i) {
+  // 1. Spin very briefly. Longer spins (2000 pauses) made the 8-byte all_reduce 9x
+  //    slower on a loaded 2-core host (bench/results/comm-targets-2026-11-29.md): the
+  //    spinning rank burns the time slice its peer needs. A yield that finds nothing
+  //    else to run returns at once, so phase 2 costs an idle host almost nothing.
+  for (int i = 0; i < 64; ++i) {
     if (ready()) return;
     cpu_relax();
   }
+  auto start = clock::now();
   auto deadline = start + std::chrono::duration<double>(watch.timeout_s);
-  auto next_pid_check = start;
+  // 2. Yield for up to kYieldPhase: gives the core to a runnable peer (or its comm
+  //    thread) without the wake-up latency of a futex sleep, which costs tens of
+  //    microseconds per hop. Only a peer that is busy computing for longer than this
+  //    (a rank waiting at the start of a collective) ends up in phase 3.
+  constexpr auto kYieldPhase = std::chrono::milliseconds(2);
+  auto next_pid_check = start + std::chrono::milliseconds(50);
+  for (unsigned i = 0;; ++i) {
+    if (ready()) return;
+    if ((i & 15) == 15) {
+      if (watch.stop && watch.stop()) return;
+      if (hdr_->closed.load() != 0) break;  // reported below
+      if (clock::now() - start >= kYieldPhase) break;
+    }
+    sched_yield();
+  }
+  // 3. Sleep on the futex in short slices, checking the closed flag, the deadline and
+  //    whether the peer process still exists between slices.
   for (;;) {
     uint32_t seen = word.load();
     if (ready()) return;

@@ -8,9 +8,10 @@
 // of message m is m % nslots. Both counters are 32-bit words so a side that has nothing
 // to do sleeps on them with a futex (shared, so it works across processes).
 //
-// Waiting: spin for a few microseconds (a neighbour that runs on another core usually
-// answers within that), then futex-sleep in short slices, checking between slices the
-// closed flag, the deadline and (shm) whether the peer process still exists.
+// Waiting: spin 64 pause instructions, then yield the core for up to 2 ms (a descheduled
+// peer gets to run, and no futex wake-up latency sits on the hot path), and only then
+// futex-sleep in short slices, checking between slices
+// the closed flag, the deadline and (shm) whether the peer process still exists.
 #pragma once
 
 #include <atomic>

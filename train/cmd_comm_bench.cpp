@@ -30,6 +30,7 @@ struct BenchArgs {
   std::string op = "all_reduce";
   int nproc = 2;
   std::string transport = "auto";
+  std::string comm = "ring";
   std::string min_bytes = "8";
   std::string max_bytes = "64M";
   std::string dtype = "fp32";
@@ -158,7 +159,8 @@ int run_comm_bench(int argc, char** argv) {
   BenchArgs a;
   CLI::App app{
       "Benchmark and check ringzero's ring collectives, nccl-tests style. Starts --nproc ranks\n"
-      "(processes, or threads with --transport thread), times each size from --min-bytes to\n"
+      "(processes, or threads with --transport thread; with --comm mpi, mpirun -np N starts\n"
+      "them and MPI's collectives are measured instead), times each size from --min-bytes to\n"
       "--max-bytes (doubling), then checks one run against its closed-form answer. Prints size,\n"
       "count, type, redop, time (slowest rank, us), algbw, busbw (GB/s) and #wrong; exits 1 if any\n"
       "result was wrong.",
@@ -168,6 +170,8 @@ int run_comm_bench(int argc, char** argv) {
   app.add_option("--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--transport", a.transport, "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
+  app.add_option("--comm", a.comm, "ring (ringzero's collectives) or mpi (the MPI library; start with mpirun -np N)")
+      ->check(CLI::IsMember({"ring", "mpi"}))->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
@@ -189,10 +193,21 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;
+  opts.backend = a.comm;
   opts.transport = a.transport;
   opts.timeout_s = a.timeout_s;
   opts.segment_bytes = seg;
 
+  RZ_CHECK(a.comm == "ring" || a.transport != "thread", "comm-bench: --comm mpi runs ranks as processes under mpirun, "
+           "not as threads (drop --transport thread)");
+  if (a.comm == "mpi") {
+    // mpirun started the ranks; --nproc is not used.
+    RankEnv env = rank_env_from_environment();
+    auto comm = connect_communicator(env, opts);
+    uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg);
+    if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
+    return wrong == 0 ? 0 : 1;
+  }
   if (a.transport == "thread") {
     auto comms = make_thread_communicators(a.nproc, opts);
     std::vector<uint64_t> wrong(a.nproc);

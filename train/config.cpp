@@ -41,6 +41,7 @@ enum class Allowed {
   port,          // 0..65535
   device,        // cpu, cuda or cuda:K
   transport,     // comm/'s transports between processes
+  comm,          // comm/'s collective backends
   bucket_mb,     // zero/'s check of a bucket size
 };
 
@@ -84,6 +85,7 @@ const Setting kSettings[] = {
   {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
   {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
   {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
+  {"comm", &TrainConfig::comm, Allowed::comm, "collectives: ring (ringzero's own) or mpi (ranks started by mpirun)"},
   {"transport", &TrainConfig::transport, Allowed::transport, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
   {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},
@@ -172,6 +174,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::port: return "0..65535";
     case Allowed::device: return "cpu, cuda or cuda:K";
     case Allowed::transport: return process_transport_names();
+    case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
   }
   return "";
@@ -200,6 +203,9 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
+          if (k.allowed == Allowed::comm)
+            RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), v) != std::end(kCommBackends),
+                     "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
           if (k.allowed == Allowed::transport)
             RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), v) !=
                          std::end(kProcessTransports),

@@ -63,6 +63,7 @@ struct TrainConfig {
   std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
+  std::string comm = "ring";      // ring | mpi (collectives through the MPI library, under mpirun)
   double comm_timeout = 300.0;    // seconds any collective may wait for a peer
   double bucket_mb = StrategyOptions{}.bucket_mb;           // gradient bucket size in MiB
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;  // zero2: staging buckets reduce-scattering at once

@@ -157,6 +157,7 @@ void Trainer::setup() {
   accum_ = static_cast<int>(total / per_micro);
 
   CommOptions copts;
+  copts.backend = cfg_.comm;
   copts.transport = cfg_.transport;
   copts.timeout_s = cfg_.comm_timeout;
   comm_ = connect_communicator(env_, copts);

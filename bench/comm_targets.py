@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""Medians and ratios of bench/comm_targets.sh output: python3 bench/comm_targets.py raw.txt"""
+import statistics, sys
+from collections import defaultdict
+
+t = defaultdict(list)  # (impl, transport, op, N, bytes) -> [us]
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) != 6: continue
+    impl, tr, op, n, b, us = f
+    t[(impl, tr, op, int(n), int(b))].append(float(us))
+med = {k: statistics.median(v) for k, v in t.items()}
+def row(op, tr, peer, n, b, need, lat=False):
+    a, p = med.get(("ringzero", tr, op, n, b)), med.get((peer, tr, op, n, b))
+    if a is None or p is None: return
+    ratio = p / a  # > 1: ringzero faster
+    ok = (a <= need * p) if lat else (ratio >= need)
+    goal = f"<= {need}x" if lat else f">= {need}x"
+    print(f"| {op} | {tr} | {n} | {b} | {a:.1f} | {p:.1f} | {ratio:.2f}x | {goal} | {'met' if ok else 'missed'} | {len(t[('ringzero', tr, op, n, b)])} |")
+print("| op | transport | N | bytes | ringzero us | peer us | peer/ringzero | target | | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for n in (2, 4):
+    row("latency", "shm", "openmpi", n, 8, 1.5 if n == 2 else 2.0, lat=True)
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        for b in (65536, 1 << 20, 16 << 20): row(op, "shm", "openmpi", n, b, 1.5)
+    for b in (1 << 20, 4 << 20, 16 << 20, 64 << 20): row("all_reduce", "tcp", "gloo", n, b, 1.5)
