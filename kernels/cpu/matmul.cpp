@@ -11,7 +11,6 @@
 #include "kernels/cpu/matmul.h"
 
 #include <Eigen/Core>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -115,18 +114,6 @@ void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp,
   } else {
     gemm_backward<E>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-}
-
-double measure_gemm_gflops(int N, int C, int OC, int reps) {
-  std::vector<float> a(size_t(N) * C, 0.5f), b(size_t(OC) * C, 0.25f), c(size_t(N) * OC);
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    gemm_forward<float>(c.data(), a.data(), b.data(), nullptr, N, C, OC);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0 && dt < best) best = dt;  // the first run warms caches and threads
-  }
-  return 2.0 * N * C * OC / best / 1e9;
 }
 
 #define RZ_INSTANTIATE(E)                                                                        \
