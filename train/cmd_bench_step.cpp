@@ -257,9 +257,9 @@ int run_bench_step(int argc, char** argv) {
         const std::vector<OpTime> split = profile_step_ops(cfg, prec, B, T, warmup, steps);
         double total = 0;
         for (const OpTime& o : split) total += o.fwd_ms + o.bwd_ms;
-        std::printf("\nstep split by kernel (%s, %d thread%s; a replay of the step's kernel calls, median of %d): %.1f ms\n\n",
+        std::printf("\nstep split by kernel (%s, %d thread%s; process CPU ms in a replay of the step's kernel calls, median of %d): %.1f ms\n\n",
                     precision_name(prec), nt, nt == 1 ? "" : "s", steps, total);
-        std::printf("| kernel | fwd ms | bwd ms | total ms | share |\n|---|---:|---:|---:|---:|\n");
+        std::printf("| kernel | fwd CPU ms | bwd CPU ms | total CPU ms | share |\n|---|---:|---:|---:|---:|\n");
         for (const OpTime& o : split)
           std::printf("| %s | %.2f | %.2f | %.2f | %.1f%% |\n", o.op.c_str(), o.fwd_ms, o.bwd_ms, o.fwd_ms + o.bwd_ms,
                       100.0 * (o.fwd_ms + o.bwd_ms) / total);

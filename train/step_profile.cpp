@@ -8,7 +8,7 @@
 #include "train/step_profile.h"
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -31,16 +31,22 @@ namespace rz {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// Process CPU milliseconds (all threads) of a call: unlike wall time it does not count
+// the time other processes on a shared machine hold the cores.
+double cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
 
-// Accumulates milliseconds per (op, phase) within one replay.
+// Accumulates CPU milliseconds per (op, phase) within one replay.
 struct OpClock {
   std::map<std::string, double> fwd, bwd;
   template <typename F>
   void time(const char* op, bool backward, F&& f) {
-    auto t0 = Clock::now();
+    const double t0 = cpu_ms();
     f();
-    (backward ? bwd : fwd)[op] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    (backward ? bwd : fwd)[op] += cpu_ms() - t0;
   }
 };
 

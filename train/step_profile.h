@@ -8,7 +8,8 @@
 
 namespace rz {
 
-// One row of the split: a kernel family's forward and backward milliseconds per step.
+// One row of the split: a kernel family's forward and backward milliseconds per step
+// (process CPU time, so that other processes on a shared machine do not count).
 struct OpTime {
   std::string op;
   double fwd_ms = 0, bwd_ms = 0;
