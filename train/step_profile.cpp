@@ -1,7 +1,8 @@
 // train/step_profile.cpp
 //
 // Why a replay and not timers inside the model: model/gpt2.cpp stays free of profiling
-// code, and the replay times exactly the kernels a step calls. One layer's activations
+// code, and the replay times exactly the ops (the backend's table, kernels/backend.h) a
+// step calls. One layer's activations
 // are allocated and reused for all L layers (each layer's calls are repeated L times), so
 // the working set is one layer's instead of the model's: the split is a little kinder to
 // the caches than the real step, whose total bench-step prints beside it.
@@ -15,16 +16,10 @@
 #include <random>
 
 #include "base/bf16.h"
+#include "base/check.h"
 #include "base/memory.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/crossentropy.h"
-#include "kernels/cpu/encoder.h"
-#include "kernels/cpu/gelu.h"
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/residual.h"
 #include "model/layout.h"
 
 namespace rz {
@@ -65,6 +60,7 @@ struct Tensor {
 template <typename E>
 struct StepReplay {
   using A = acc_t<E>;
+  Backend& be;
   const GPT2Config cfg;
   const int B, T;
   const size_t N;
@@ -75,8 +71,8 @@ struct StepReplay {
   std::vector<A> mean, rstd, losses, lse;
   std::vector<int> x, y;
 
-  StepReplay(const GPT2Config& c, int B_, int T_)
-      : cfg(c), B(B_), T(T_), N(size_t(B_) * T_),
+  StepReplay(Backend& be_, const GPT2Config& c, int B_, int T_)
+      : be(be_), cfg(c), B(B_), T(T_), N(size_t(B_) * T_),
         wte(size_t(c.padded_vocab_size) * c.channels, rng, 0.02f), wpe(size_t(c.max_seq_len) * c.channels, rng, 0.02f),
         lnw(c.channels, rng, 0.0f), lnb(c.channels, rng, 0.0f),
         qkvw(size_t(3) * c.channels * c.channels, rng, 0.02f), qkvb(3 * c.channels, rng, 0.0f),
@@ -107,67 +103,69 @@ struct StepReplay {
 
 template <typename E>
 void StepReplay<E>::run(OpClock& clk) {
+  Ops<E>& ops = be.ops<E>();
   const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size,
             Vp = cfg.padded_vocab_size;
-  auto zero = [](E* p, size_t n) { std::memset(static_cast<void*>(p), 0, n * sizeof(E)); };
+  auto zero = [&](E* p, size_t n) { be.zero(p, n * sizeof(E)); };
 
-  clk.time("encoder", false, [&] { encoder_forward(enc(), x.data(), wte(), wpe(), B, T, C); });
+  clk.time("encoder", false, [&] { ops.encoder_forward(enc(), x.data(), wte(), wpe(), B, T, C); });
   for (int l = 0; l < L; ++l) {
-    clk.time("layernorm", false, [&] { layernorm_forward(ln(), mean.data(), rstd.data(), enc(), lnw(), lnb(), int(N), C); });
-    clk.time("matmul", false, [&] { matmul_forward(qkv(), ln(), qkvw(), qkvb(), int(N), C, 3 * C); });
-    clk.time("attention", false, [&] { attention_forward(atty(), att(), qkv(), B, T, C, NH); });
-    clk.time("matmul", false, [&] { matmul_forward(proj(), atty(), attw(), attb(), int(N), C, C); });
-    clk.time("residual", false, [&] { residual_forward(res2(), enc(), proj(), N * C); });
-    clk.time("layernorm", false, [&] { layernorm_forward(ln(), mean.data(), rstd.data(), res2(), lnw(), lnb(), int(N), C); });
-    clk.time("matmul", false, [&] { matmul_forward(fch(), ln(), fcw(), fcb(), int(N), C, 4 * C); });
-    clk.time("gelu", false, [&] { gelu_forward(fchg(), fch(), N * 4 * C); });
-    clk.time("matmul", false, [&] { matmul_forward(proj(), fchg(), fcpw(), fcpb(), int(N), 4 * C, C); });
-    clk.time("residual", false, [&] { residual_forward(res3(), res2(), proj(), N * C); });
+    clk.time("layernorm", false, [&] { ops.layernorm_forward(ln(), mean.data(), rstd.data(), enc(), lnw(), lnb(), int(N), C); });
+    clk.time("matmul", false, [&] { ops.matmul_forward(qkv(), ln(), qkvw(), qkvb(), int(N), C, 3 * C); });
+    clk.time("attention", false, [&] { ops.attention_forward(atty(), att(), qkv(), B, T, C, NH); });
+    clk.time("matmul", false, [&] { ops.matmul_forward(proj(), atty(), attw(), attb(), int(N), C, C); });
+    clk.time("residual", false, [&] { ops.residual_forward(res2(), enc(), proj(), N * C); });
+    clk.time("layernorm", false, [&] { ops.layernorm_forward(ln(), mean.data(), rstd.data(), res2(), lnw(), lnb(), int(N), C); });
+    clk.time("matmul", false, [&] { ops.matmul_forward(fch(), ln(), fcw(), fcb(), int(N), C, 4 * C); });
+    clk.time("gelu", false, [&] { ops.gelu_forward(fchg(), fch(), N * 4 * C); });
+    clk.time("matmul", false, [&] { ops.matmul_forward(proj(), fchg(), fcpw(), fcpb(), int(N), 4 * C, C); });
+    clk.time("residual", false, [&] { ops.residual_forward(res3(), res2(), proj(), N * C); });
   }
-  clk.time("layernorm", false, [&] { layernorm_forward(ln(), mean.data(), rstd.data(), res3(), lnw(), lnb(), int(N), C); });
-  clk.time("classifier", false, [&] { matmul_forward(logits(), ln(), wte(), static_cast<const E*>(nullptr), int(N), C, Vp); });
-  clk.time("crossentropy", false, [&] { crossentropy_forward(losses.data(), lse.data(), logits(), y.data(), int(N), V, Vp); });
+  clk.time("layernorm", false, [&] { ops.layernorm_forward(ln(), mean.data(), rstd.data(), res3(), lnw(), lnb(), int(N), C); });
+  clk.time("classifier", false, [&] { ops.matmul_forward(logits(), ln(), wte(), static_cast<const E*>(nullptr), int(N), C, Vp); });
+  clk.time("crossentropy", false, [&] { ops.crossentropy_forward(losses.data(), lse.data(), logits(), y.data(), int(N), V, Vp); });
 
   clk.time("crossentropy", true, [&] {
-    crossentropy_softmax_backward(logits(), lse.data(), y.data(), A(1) / A(N), int(N), V, Vp);
+    ops.crossentropy_softmax_backward(logits(), lse.data(), y.data(), A(1) / A(N), int(N), V, Vp);
   });
   clk.time("zero", true, [&] { zero(dln(), N * C); });
   clk.time("classifier", true, [&] {
-    matmul_backward(dln(), g_wte(), static_cast<E*>(nullptr), logits(), ln(), wte(), int(N), C, Vp);
+    ops.matmul_backward(dln(), g_wte(), static_cast<E*>(nullptr), logits(), ln(), wte(), int(N), C, Vp);
   });
   clk.time("zero", true, [&] { zero(dres(), N * C); });
   clk.time("layernorm", true, [&] {
-    layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), res3(), lnw(), mean.data(), rstd.data(), int(N), C);
+    ops.layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), res3(), lnw(), mean.data(), rstd.data(), int(N), C);
   });
   for (int l = L - 1; l >= 0; --l) {
     clk.time("zero", true, [&] { zero(dfch(), N * 4 * C); });
-    clk.time("matmul", true, [&] { matmul_backward(dfch(), g_fcpw(), g_fcpb(), dres(), fchg(), fcpw(), int(N), 4 * C, C); });
-    clk.time("gelu", true, [&] { gelu_backward(dfch(), fch(), dfch(), N * 4 * C); });
+    clk.time("matmul", true, [&] { ops.matmul_backward(dfch(), g_fcpw(), g_fcpb(), dres(), fchg(), fcpw(), int(N), 4 * C, C); });
+    clk.time("gelu", true, [&] { ops.gelu_backward(dfch(), fch(), dfch(), N * 4 * C); });
     clk.time("zero", true, [&] { zero(dln(), N * C); });
-    clk.time("matmul", true, [&] { matmul_backward(dln(), g_fcw(), g_fcb(), dfch(), ln(), fcw(), int(N), C, 4 * C); });
+    clk.time("matmul", true, [&] { ops.matmul_backward(dln(), g_fcw(), g_fcb(), dfch(), ln(), fcw(), int(N), C, 4 * C); });
     clk.time("layernorm", true, [&] {
-      layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), res2(), lnw(), mean.data(), rstd.data(), int(N), C);
+      ops.layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), res2(), lnw(), mean.data(), rstd.data(), int(N), C);
     });
     clk.time("zero", true, [&] { zero(datty(), N * C); });
-    clk.time("matmul", true, [&] { matmul_backward(datty(), g_attw(), g_attb(), dres(), atty(), attw(), int(N), C, C); });
+    clk.time("matmul", true, [&] { ops.matmul_backward(datty(), g_attw(), g_attb(), dres(), atty(), attw(), int(N), C, C); });
     clk.time("zero", true, [&] { zero(dqkv(), N * 3 * C); });
-    clk.time("attention", true, [&] { attention_backward(dqkv(), datty(), qkv(), att(), B, T, C, NH); });
+    clk.time("attention", true, [&] { ops.attention_backward(dqkv(), datty(), qkv(), att(), B, T, C, NH); });
     clk.time("zero", true, [&] { zero(dln(), N * C); });
-    clk.time("matmul", true, [&] { matmul_backward(dln(), g_qkvw(), g_qkvb(), dqkv(), ln(), qkvw(), int(N), C, 3 * C); });
+    clk.time("matmul", true, [&] { ops.matmul_backward(dln(), g_qkvw(), g_qkvb(), dqkv(), ln(), qkvw(), int(N), C, 3 * C); });
     clk.time("layernorm", true, [&] {
-      layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), enc(), lnw(), mean.data(), rstd.data(), int(N), C);
+      ops.layernorm_backward(dres(), g_lnw(), g_lnb(), dln(), enc(), lnw(), mean.data(), rstd.data(), int(N), C);
     });
   }
-  clk.time("encoder", true, [&] { encoder_backward(g_wte(), g_wpe(), dres(), x.data(), B, T, C); });
+  clk.time("encoder", true, [&] { ops.encoder_backward(g_wte(), g_wpe(), dres(), x.data(), B, T, C); });
 }
 
 // AdamW over a parameter count like the model's, in the strategy's storage types.
 template <typename E>
 struct AdamWReplay {
+  Backend& be;
   size_t n;
   Buffer<float> m, v, master;
   Buffer<E> p, g;
-  AdamWReplay(size_t nparams) : n(nparams), m(MemTag::adam_m, n), v(MemTag::adam_v, n), p(MemTag::params, n), g(MemTag::grads, n) {
+  AdamWReplay(Backend& be_, size_t nparams) : be(be_), n(nparams), m(MemTag::adam_m, n), v(MemTag::adam_v, n), p(MemTag::params, n), g(MemTag::grads, n) {
     std::memset(static_cast<void*>(m.data()), 0, n * sizeof(float));
     std::memset(static_cast<void*>(v.data()), 0, n * sizeof(float));
     for (size_t i = 0; i < n; ++i) {
@@ -183,14 +181,15 @@ struct AdamWReplay {
     AdamWStep st;
     st.weight_decay = 0.1f;
     float* mw = std::is_same_v<E, float> ? nullptr : master.data();
-    clk.time("adamw", true, [&] { adamw_update<E, E>(p.data(), mw, m.data(), v.data(), g.data(), n, st); });
+    clk.time("adamw", true, [&] { be.adamw_update(p.data(), mw, m.data(), v.data(), g.data(), n, st); });
   }
 };
 
 }  // namespace
 
-std::vector<OpTime> profile_step_ops(const GPT2Config& cfg, Precision prec, int B, int T, int warmup,
-                                     int steps) {
+std::vector<OpTime> profile_step_ops(Backend& be, const GPT2Config& cfg, Precision prec, int B, int T,
+                                     int warmup, int steps) {
+  RZ_CHECK(be.device().is_cpu(), "bench-step --ops: the kernel split replays host buffers, so it runs on the CPU only");
   std::vector<OpClock> runs;
   const size_t nparams = size_t(num_parameters(cfg));
   auto replay = [&](auto& step, auto& adamw) {
@@ -202,12 +201,12 @@ std::vector<OpTime> profile_step_ops(const GPT2Config& cfg, Precision prec, int 
     }
   };
   if (prec == Precision::fp32) {
-    StepReplay<float> step(cfg, B, T);
-    AdamWReplay<float> adamw(nparams);
+    StepReplay<float> step(be, cfg, B, T);
+    AdamWReplay<float> adamw(be, nparams);
     replay(step, adamw);
   } else {
-    StepReplay<bf16> step(cfg, B, T);
-    AdamWReplay<bf16> adamw(nparams);
+    StepReplay<bf16> step(be, cfg, B, T);
+    AdamWReplay<bf16> adamw(be, nparams);
     replay(step, adamw);
   }
   auto median = [](std::vector<double> a) {

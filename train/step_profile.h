@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "model/config.h"
 
 namespace rz {
@@ -15,11 +16,11 @@ struct OpTime {
   double fwd_ms = 0, bwd_ms = 0;
 };
 
-// Replays one training step's CPU kernel calls (the same calls, shapes and order as
-// model/gpt2.cpp's forward and backward, then AdamW over every parameter) on buffers of
-// the config's shape, timing each call. Returns the median over `steps` replays after
+// Replays one training step's op calls on a CPU backend (the same ops, shapes and order
+// as model/gpt2.cpp's forward and backward, then AdamW over every parameter) on buffers
+// of the config's shape, timing each call. Returns the median over `steps` replays after
 // `warmup`, one row per kernel family (the classifier's matmul apart from the layers').
-std::vector<OpTime> profile_step_ops(const GPT2Config& cfg, Precision prec, int B, int T, int warmup,
-                                     int steps);
+std::vector<OpTime> profile_step_ops(Backend& be, const GPT2Config& cfg, Precision prec, int B, int T,
+                                     int warmup, int steps);
 
 }  // namespace rz
