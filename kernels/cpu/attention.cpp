@@ -17,6 +17,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 #include "base/memory.h"
