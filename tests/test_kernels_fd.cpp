@@ -158,6 +158,30 @@ TEST_CASE("attention backward matches finite differences", "[kernels][fd]") {
   check_fd("dqkv", qkv, dqkv, 0.125, J);
 }
 
+TEST_CASE("attention over several causal row blocks matches finite differences", "[kernels][fd]") {
+  // T = 70 spans three of the kernel's 32-query row blocks, the last one partial.
+  const int B = 1, T = 70, C = 4, NH = 2;
+  Vec qkv = randn(B * T * 3 * C, 16), w = randn(B * T * C, 17);
+  Vec out(B * T * C), att(B * NH * T * T);
+  auto J = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return dot(out, w);
+  };
+  J();
+  for (int r = 0; r < B * NH * T; ++r) {
+    int t = r % T;
+    double s = 0;
+    for (int t2 = 0; t2 < T; ++t2) {
+      if (t2 > t) CHECK(att[r * T + t2] == 0.0);
+      s += att[r * T + t2];
+    }
+    CHECK(s == Approx(1.0).margin(1e-12));
+  }
+  Vec dqkv(B * T * 3 * C, -0.25);
+  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
+  check_fd("dqkv (row blocks)", qkv, dqkv, -0.25, J);
+}
+
 TEST_CASE("gelu and residual backward match finite differences", "[kernels][fd]") {
   const size_t N = 40;
   Vec inp = randn(N, 16, 2.0), w = randn(N, 17), out(N);

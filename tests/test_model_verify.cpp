@@ -143,3 +143,25 @@ TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sam
   CHECK(run_ringzero(base + " --temperature -1").status != 0);
   CHECK(run_ringzero("sample --model " + dir.file("none.bin") + " --prompt x").status == 1);
 }
+
+TEST_CASE("ringzero bench-step benches a training config's shape and splits the step by kernel", "[bench]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("small.toml"));
+    f << "layers = 1\nchannels = 32\nheads = 2\nmax_seq = 16\ntokenizer = \"byte\"\nbatch = 2\nseq = 16\n";
+  }
+  Result r = run_ringzero("bench-step --config " + dir.file("small.toml") +
+                          " --threads 1 --precision fp32 --steps 1 --warmup 0 --ops");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("L=1 C=32 NH=2 V=257") != std::string::npos);
+  CHECK(r.output.find("B=2 T=16") != std::string::npos);
+  CHECK(r.output.find("step split by kernel") != std::string::npos);
+  for (const char* op : {"| matmul |", "| attention |", "| layernorm |", "| gelu |", "| adamw |"})
+    CHECK(r.output.find(op) != std::string::npos);
+  // a flag overrides the config; a bad shape or file is one error line and exit 1
+  CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --channels 48 --threads 1 --precision fp32 --steps 1 --warmup 0")
+            .output.find("C=48") != std::string::npos);
+  CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --seq 17 --threads 1").status == 1);
+  CHECK(run_ringzero("bench-step --config " + dir.file("none.toml")).status == 1);
+}

@@ -10,13 +10,19 @@
 // about half of that). "GEMM alone" runs exactly the step's matmul calls (every linear
 // layer's forward and both backward products, same precision, shapes and thread count)
 // on their own: the ceiling the rest of the step (attention, layernorm, GELU, softmax,
-// AdamW, bf16 conversions) is measured against.
+// AdamW, bf16 conversions) is measured against. `--ops` adds the step's time split by
+// kernel family (train/step_profile.h replays the step's kernel calls under timers).
+// The shape comes from a preset, a training config (`--config configs/tiny.toml`: its
+// model keys, batch and seq), and shape flags, later ones winning.
 #include <CLI/CLI.hpp>
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include "base/bf16.h"
@@ -24,13 +30,17 @@
 #include "base/clock.h"
 #include "kernels/backend.h"
 #include "model/gpt2.h"
+#include "data/tokenizer.h"
 #include "train/command.h"
+#include "train/config.h"
+#include "train/step_profile.h"
 
 namespace rz {
 namespace {
 
 struct StepTimes {
   double fwd = 0, bwd = 0, opt = 0;
+  double cpu = 0;  // process CPU seconds per step (all threads)
   double total() const { return fwd + bwd + opt; }
 };
 
@@ -54,8 +64,9 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
     x[i] = int((i * 7919) % size_t(cfg.vocab_size));
     y[i] = int((i * 104729 + 1) % size_t(cfg.vocab_size));
   }
-  std::vector<double> f, b, o;
+  std::vector<double> f, b, o, c;
   for (int s = 0; s < warmup + steps; ++s) {
+    const std::clock_t c0 = std::clock();
     auto t0 = Clock::now();
     model.forward(x.data(), y.data(), B, T);
     const double tf = seconds_since(t0);
@@ -79,7 +90,9 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
     }
     be.synchronize();
     const double to = seconds_since(t0);
+    const double tc = double(std::clock() - c0) / CLOCKS_PER_SEC;
     if (s >= warmup) {
+      c.push_back(tc);
       f.push_back(tf);
       b.push_back(tb);
       o.push_back(to);
@@ -89,7 +102,7 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
     std::sort(a.begin(), a.end());
     return a[a.size() / 2];
   };
-  return {median(f), median(b), median(o)};
+  return {median(f), median(b), median(o), median(c)};
 }
 
 // The step's matmuls alone, through the same backend ops in storage type E: per layer
@@ -143,33 +156,83 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
   return out;
 }
 
+// The model shape a training config describes: its preset with the config's overrides;
+// a vocab of 0 takes the tokenizer.bin `ringzero prepare` wrote beside the config's data.
+GPT2Config config_model_shape(const TrainConfig& tc) {
+  GPT2Config m = model_preset(tc.model);
+  if (tc.layers > 0) m.num_layers = tc.layers;
+  if (tc.channels > 0) m.channels = tc.channels;
+  if (tc.heads > 0) m.num_heads = tc.heads;
+  if (tc.max_seq > 0) m.max_seq_len = tc.max_seq;
+  if (tc.vocab > 0) {
+    m.vocab_size = tc.vocab;
+  } else if (tc.tokenizer == "byte") {
+    m.vocab_size = 257;
+  } else if (!tc.data.empty()) {
+    const std::string first = tc.data.substr(0, tc.data.find(','));
+    std::filesystem::path dir = std::filesystem::path(first).parent_path();
+    const std::string tok = ((dir.empty() ? std::filesystem::path(".") : dir) / "tokenizer.bin").string();
+    RZ_CHECK(std::filesystem::exists(tok),
+             "--config: vocab = 0 takes the data's tokenizer, but %s does not exist (prepare the data or pass --vocab)",
+             tok.c_str());
+    m.vocab_size = load_llmc_tokenizer(tok)->vocab_size();
+  }
+  return m;
+}
+
 int run_bench_step(int argc, char** argv) {
-  std::string preset = "d12", threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu";
-  int B = 4, T = 64, warmup = 1, steps = 3;
+  std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu";
+  int B = 4, T = 64, warmup = 1, steps = 3, layers = 0, channels = 0, heads = 0, vocab = 0, max_seq = 0;
+  bool ops = false;
   CLI::App app{
-      "Benchmark one training step on the CPU or a GPU: forward + backward + AdamW of a model preset\n"
+      "Benchmark one training step on the CPU or a GPU: forward + backward + AdamW of a model shape\n"
       "at (--batch, --seq), for each thread count and precision. Prints a markdown table: median step\n"
-      "time and its phases, tokens/s, the step's GFLOP/s (6 x params + 12 x L x C x T per token, as\n"
-      "llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend (Eigen\n"
-      "on the CPU, cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
-      "against the GEMM rate measured in the same run).",
+      "time (wall, and the process's CPU time: on a busy shared machine the 1-thread CPU time is the\n"
+      "robust figure) and its phases, tokens/s, the step's GFLOP/s (6 x params + 12 x L x C x T per\n"
+      "token, as llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend\n"
+      "(Eigen on the CPU, cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
+      "against the GEMM rate measured in the same run).\n"
+      "The shape: --model's preset, then --config's model keys, batch and seq, then the shape flags.\n"
+      "--ops adds the step's CPU time split by kernel family (CPU kernels).",
       "ringzero bench-step"};
   app.add_option("--model", preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
-  app.add_option("--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
-  app.add_option("--seq", T, "sequence length T (at most the preset's maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--config", config_path, "training config (TOML) whose model shape, batch and seq to bench");
+  app.add_option("--layers", layers, "L (overrides the preset / config)")->check(CLI::Range(1, 1000));
+  app.add_option("--channels", channels, "C")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--heads", heads, "NH")->check(CLI::Range(1, 1024));
+  app.add_option("--vocab", vocab, "V")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--max-seq", max_seq, "maxT")->check(CLI::Range(1, 1 << 20));
+  auto* batch_opt = app.add_option("--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
+  auto* seq_opt = app.add_option("--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
   app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
   app.add_option("--device", device_s, "cpu, cuda or cuda:K")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   const Device device = parse_device(device_s);
-  const GPT2Config cfg = model_preset(preset);
-  RZ_CHECK(T <= cfg.max_seq_len, "--seq %d exceeds the %s preset's maxT %d", T, preset.c_str(), cfg.max_seq_len);
+  RZ_CHECK(!ops || device.is_cpu(), "--ops: the kernel split is measured on the CPU only (drop --ops or use --device cpu)");
+  GPT2Config cfg = model_preset(preset);
+  if (!config_path.empty()) {
+    TrainConfig tc;
+    load_config_toml(tc, config_path);
+    cfg = config_model_shape(tc);
+    preset = std::filesystem::path(config_path).stem().string();
+    if (batch_opt->count() == 0) B = tc.batch;
+    if (seq_opt->count() == 0) T = tc.seq;
+  }
+  if (layers > 0) cfg.num_layers = layers;
+  if (channels > 0) cfg.channels = channels;
+  if (heads > 0) cfg.num_heads = heads;
+  if (vocab > 0) cfg.vocab_size = vocab;
+  if (max_seq > 0) cfg.max_seq_len = max_seq;
+  finalize_config(cfg);
+  RZ_CHECK(T <= cfg.max_seq_len, "--seq %d exceeds the model's maxT %d", T, cfg.max_seq_len);
   const std::vector<int> threads = parse_ints(threads_s, "--threads");
   std::vector<Precision> precisions;
   for (size_t pos = 0; pos <= precisions_s.size();) {
@@ -186,8 +249,8 @@ int run_bench_step(int argc, char** argv) {
   std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params), B=%d T=%d, %d warmup + %d timed steps (median)\n",
               device_name(device).c_str(), preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, P / 1e6, B, T, warmup, steps);
   std::printf("step FLOPs %.3g (6 x params x tokens + attention), of which matmuls %.3g\n\n", step_flops, gemm_flops);
-  std::printf("| model | precision | threads | step ms | fwd ms | bwd ms | adamw ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
-  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| model | precision | threads | step ms | step CPU ms | fwd ms | bwd ms | adamw ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int nt : threads) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
@@ -199,10 +262,28 @@ int run_bench_step(int argc, char** argv) {
       const double gemm_rate = gemm_flops / gemm_s / 1e9;
       const StepTimes st = time_steps(model, B, T, warmup, steps);
       const double rate = step_flops / st.total() / 1e9;
-      std::printf("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", preset.c_str(),
-                  precision_name(prec), nt, st.total() * 1e3, st.fwd * 1e3, st.bwd * 1e3, st.opt * 1e3,
+      std::printf("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", preset.c_str(),
+                  precision_name(prec), nt, st.total() * 1e3, st.cpu * 1e3, st.fwd * 1e3, st.bwd * 1e3, st.opt * 1e3,
                   tokens / st.total(), rate, gemm_rate, 100.0 * rate / gemm_rate);
       std::fflush(stdout);
+    }
+  }
+  if (ops) {
+    for (int nt : threads) {
+      omp_set_num_threads(nt);
+      Eigen::setNbThreads(nt);
+      for (Precision prec : precisions) {
+        const std::vector<OpTime> split = profile_step_ops(cpu_backend(), cfg, prec, B, T, warmup, steps);
+        double total = 0;
+        for (const OpTime& o : split) total += o.fwd_ms + o.bwd_ms;
+        std::printf("\nstep split by kernel (%s, %d thread%s; process CPU ms in a replay of the step's kernel calls, median of %d): %.1f ms\n\n",
+                    precision_name(prec), nt, nt == 1 ? "" : "s", steps, total);
+        std::printf("| kernel | fwd CPU ms | bwd CPU ms | total CPU ms | share |\n|---|---:|---:|---:|---:|\n");
+        for (const OpTime& o : split)
+          std::printf("| %s | %.2f | %.2f | %.2f | %.1f%% |\n", o.op.c_str(), o.fwd_ms, o.bwd_ms, o.fwd_ms + o.bwd_ms,
+                      100.0 * (o.fwd_ms + o.bwd_ms) / total);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

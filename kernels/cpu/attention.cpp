@@ -1,62 +1,116 @@
 // kernels/cpu/attention.cpp
 //
-// Forward: for each (b, t, h) a row of scores over t2 <= t, a softmax, and a weighted sum
-// of v. Backward, per row t with p = att[t,:] and g = dout_t:
-//   datt[t2]  = g . v_t2                     dv_t2 += p[t2] g
-//   dpre[t2]  = p[t2] (datt[t2] - sum_j p[j] datt[j])      (softmax backward)
-//   dq_t     += sum_t2 dpre[t2] k_t2 / sqrt(hs)   dk_t2 += dpre[t2] q_t / sqrt(hs)
-// Every write of head h in batch b lands in that (b, h)'s own columns of dqkv, so threads
-// split (b, h) pairs: no races, and the order of additions is fixed.
+// Causal attention as small GEMMs per (b, h) pair. One (b, h) gathers its head's q, k, v
+// (T, hs) out of qkv into contiguous compute-type matrices Q, K, V, then:
+//   forward   S = Q K^T * scale,  P = softmax_rows(S) (causal),  O = P V
+//   backward  dP = dO V^T,        dV = P^T dO,
+//             dS = P o (dP - rowsum(P o dP)) * scale      (softmax backward, o = elementwise)
+//             dQ = dS K,          dK = dS^T Q
+// Causality is used by row blocks of kRowBlock queries: block [r0, r1) only sees keys
+// [0, r1), so every product runs over the lower block triangle (about half of T x T for
+// large T) as plain GEMMs. Softmax rows use Eigen's vectorised exp.
+//
+// Threads split (b, h) pairs: each pair writes only its own columns of out / dqkv and its
+// own (T, T) slab of att, so there are no races and the order of additions inside a pair
+// does not depend on the thread count. Eigen runs single-threaded inside the parallel
+// region. bf16 is widened into the fp32 scratch on gather and rounded once on scatter.
 #include "kernels/cpu/attention.h"
 
+#include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
-#include <vector>
 
+#include "base/memory.h"
 #include "kernels/cpu/convert.h"
 
 namespace rz {
+
+namespace {
+
+constexpr int kRowBlock = 32;
+
+template <typename A>
+using Mat = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename A>
+using MatMap = Eigen::Map<Mat<A>>;
+
+// Per-thread scratch for one (b, h): six (T, hs) matrices and two (T, T) ones.
+template <typename A>
+struct HeadScratch {
+  Buffer<A> buf;
+  A* get(size_t n) {
+    if (buf.size() < n) buf.allocate(MemTag::workspace, n);
+    return buf.data();
+  }
+};
+template <typename A>
+HeadScratch<A>& head_scratch() {
+  thread_local HeadScratch<A> s;
+  return s;
+}
+
+// dst (T, hs) <- the hs columns starting at col of rows of src with row stride ld.
+template <typename E, typename A>
+void gather(A* dst, const E* src, size_t ld, int T, int hs) {
+  for (int t = 0; t < T; ++t) {
+    const E* s = src + size_t(t) * ld;
+    A* d = dst + size_t(t) * hs;
+    for (int i = 0; i < hs; ++i) d[i] = load(s[i]);
+  }
+}
+template <typename E, typename A>
+void scatter_add(E* dst, const A* src, size_t ld, int T, int hs) {
+  for (int t = 0; t < T; ++t) {
+    E* d = dst + size_t(t) * ld;
+    const A* s = src + size_t(t) * hs;
+    for (int i = 0; i < hs; ++i) d[i] = store<E>(load(d[i]) + s[i]);
+  }
+}
+
+}  // namespace
 
 template <typename E>
 void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) {
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
+  const size_t ld = size_t(3) * C;
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
-    std::vector<A> row(T), acc(hs);
-#pragma omp for collapse(3) schedule(static)
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        for (int h = 0; h < NH; ++h) {
-          const E* q = qkv + (size_t(b) * T + t) * 3 * C + h * hs;
-          E* a = att + ((size_t(b) * NH + h) * T + t) * T;
-          A maxv = -INFINITY;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const E* k = qkv + (size_t(b) * T + t2) * 3 * C + C + h * hs;
-            A s = 0;
-            for (int i = 0; i < hs; ++i) s += load(q[i]) * load(k[i]);
-            s *= scale;
-            row[t2] = s;
-            if (s > maxv) maxv = s;
-          }
-          A sum = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            row[t2] = std::exp(row[t2] - maxv);
-            sum += row[t2];
-          }
-          const A inv = A(1) / sum;
-          for (int i = 0; i < hs; ++i) acc[i] = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const A p = row[t2] * inv;
-            a[t2] = store<E>(p);
-            const E* v = qkv + (size_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
-            for (int i = 0; i < hs; ++i) acc[i] += p * load(v[i]);
-          }
-          for (int t2 = t + 1; t2 < T; ++t2) a[t2] = store<E>(A(0));
-          E* o = out + (size_t(b) * T + t) * C + h * hs;
-          for (int i = 0; i < hs; ++i) o[i] = store<E>(acc[i]);
+    A* base = head_scratch<A>().get(size_t(4) * T * hs + size_t(T) * T);
+    MatMap<A> Q(base, T, hs), K(base + size_t(T) * hs, T, hs), V(base + 2 * size_t(T) * hs, T, hs),
+        O(base + 3 * size_t(T) * hs, T, hs), P(base + 4 * size_t(T) * hs, T, T);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
+      gather(Q.data(), src, ld, T, hs);
+      gather(K.data(), src + C, ld, T, hs);
+      gather(V.data(), src + 2 * C, ld, T, hs);
+      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
+        P.block(r0, 0, nr, r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+        for (int t = r0; t < r1; ++t) {
+          auto row = P.row(t).head(t + 1).array();
+          row *= scale;
+          const A maxv = row.maxCoeff();
+          row = (row - maxv).exp();
+          row *= A(1) / row.sum();
         }
+        // Within the block, row t's columns t+1 .. r1-1 hold scores: zero them before P V.
+        for (int t = r0; t < r1 - 1; ++t) P.row(t).segment(t + 1, r1 - 1 - t).setZero();
+        O.middleRows(r0, nr).noalias() = P.block(r0, 0, nr, r1) * V.topRows(r1);
       }
+      E* a = att + size_t(bh) * T * T;
+      for (int t = 0; t < T; ++t) {
+        const A* p = P.data() + size_t(t) * T;
+        E* at = a + size_t(t) * T;
+        for (int t2 = 0; t2 <= t; ++t2) at[t2] = store<E>(p[t2]);
+        for (int t2 = t + 1; t2 < T; ++t2) at[t2] = store<E>(A(0));
+      }
+      E* o = out + size_t(b) * T * C + size_t(h) * hs;
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < hs; ++i) o[size_t(t) * C + i] = store<E>(O(t, i));
     }
   }
 }
@@ -67,43 +121,50 @@ void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int 
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
+  const size_t ld = size_t(3) * C;
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
-    std::vector<A> datt(T), dq(hs);
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        for (int t = 0; t < T; ++t) {
-          const E* a = att + ((size_t(b) * NH + h) * T + t) * T;
-          const E* g = dout + (size_t(b) * T + t) * C + h * hs;
-          const E* q = qkv + (size_t(b) * T + t) * 3 * C + h * hs;
-          A dot = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const E* v = qkv + (size_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
-            E* dv = dqkv + (size_t(b) * T + t2) * 3 * C + 2 * C + h * hs;
-            const A p = load(a[t2]);
-            A s = 0;
-            for (int i = 0; i < hs; ++i) {
-              s += load(g[i]) * load(v[i]);
-              dv[i] = store<E>(load(dv[i]) + p * load(g[i]));
-            }
-            datt[t2] = s;
-            dot += p * s;
-          }
-          for (int i = 0; i < hs; ++i) dq[i] = 0;
-          for (int t2 = 0; t2 <= t; ++t2) {
-            const A dpre = load(a[t2]) * (datt[t2] - dot) * scale;
-            const E* k = qkv + (size_t(b) * T + t2) * 3 * C + C + h * hs;
-            E* dk = dqkv + (size_t(b) * T + t2) * 3 * C + C + h * hs;
-            for (int i = 0; i < hs; ++i) {
-              dq[i] += dpre * load(k[i]);
-              dk[i] = store<E>(load(dk[i]) + dpre * load(q[i]));
-            }
-          }
-          E* dqo = dqkv + (size_t(b) * T + t) * 3 * C + h * hs;
-          for (int i = 0; i < hs; ++i) dqo[i] = store<E>(load(dqo[i]) + dq[i]);
-        }
+    const size_t th = size_t(T) * hs;
+    A* base = head_scratch<A>().get(7 * th + 2 * size_t(T) * T);
+    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), dO(base + 3 * th, T, hs),
+        dQ(base + 4 * th, T, hs), dK(base + 5 * th, T, hs), dV(base + 6 * th, T, hs),
+        P(base + 7 * th, T, T), dP(base + 7 * th + size_t(T) * T, T, T);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
+      gather(Q.data(), src, ld, T, hs);
+      gather(K.data(), src + C, ld, T, hs);
+      gather(V.data(), src + 2 * C, ld, T, hs);
+      gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
+      const E* a = att + size_t(bh) * T * T;
+      for (int t = 0; t < T; ++t) {
+        const E* at = a + size_t(t) * T;
+        A* p = P.data() + size_t(t) * T;
+        // Row t's columns past t are zero in att; P keeps them zero up to the block edge.
+        const int end = std::min(T, (t / kRowBlock + 1) * kRowBlock);
+        for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
       }
+      dV.setZero();
+      dK.setZero();
+      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
+        auto Pb = P.block(r0, 0, nr, r1);
+        auto dPb = dP.block(r0, 0, nr, r1);
+        dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
+        dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
+        // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
+        for (int t = r0; t < r1; ++t) {
+          const A dot = P.row(t).head(r1).dot(dP.row(t).head(r1));
+          dP.row(t).head(r1).array() = P.row(t).head(r1).array() * (dP.row(t).head(r1).array() - dot) * scale;
+        }
+        dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
+        dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
+      }
+      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
+      scatter_add(dst, dQ.data(), ld, T, hs);
+      scatter_add(dst + C, dK.data(), ld, T, hs);
+      scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
     }
   }
 }

@@ -7,16 +7,18 @@
 //             dweight (OC,C) += dout^T (OC,N) * inp (N,C)
 // Eigen parallelises the GEMM itself with OpenMP. bf16 is a storage format on the CPU:
 // operands are widened into per-thread fp32 scratch (grown once, then reused: no
-// allocation per step), multiplied in fp32, and the result rounded back (RNE) once.
+// allocation per step), multiplied in fp32, and the result rounded back (RNE) once --
+// unless the CPU has bf16 units (AVX512_BF16 / AMX): then the products run in bf16 with
+// fp32 accumulation through oneDNN (matmul_onednn.h), straight on the bf16 buffers.
 #include "kernels/cpu/matmul.h"
 
 #include <Eigen/Core>
-#include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "base/memory.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/matmul_onednn.h"
 
 namespace rz {
 
@@ -68,6 +70,10 @@ thread_local Scratch t_scratch;
 template <typename E>
 void matmul_forward(E* out, const E* inp, const E* weight, const E* bias, int N, int C, int OC) {
   if constexpr (std::is_same_v<E, bf16>) {
+    // out (N,OC) = inp (N,C) * weight^T: weight^T (C,OC) is weight with swapped strides.
+    if (onednn_bf16_matmul_available() &&
+        onednn_matmul(out, OC, {inp, C, 1}, {weight, 1, C}, bias, N, C, OC, false, true))
+      return;
     Scratch& s = t_scratch;
     float* x = s.get(0, size_t(N) * C);
     float* w = s.get(1, size_t(OC) * C);
@@ -87,23 +93,32 @@ template <typename E>
 void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight,
                      int N, int C, int OC) {
   if constexpr (std::is_same_v<E, bf16>) {
+    // dinp (N,C) += dout (N,OC) * weight (OC,C);  dweight (OC,C) += dout^T (OC,N) * inp (N,C),
+    // dout^T being dout with swapped strides. Each product falls back to fp32 on its own.
+    const bool bf16_units = onednn_bf16_matmul_available();
+    const bool dinp_done =
+        dinp && bf16_units && onednn_matmul(dinp, C, {dout, OC, 1}, {weight, C, 1}, nullptr, N, OC, C, true, true);
+    const bool dweight_done =
+        bf16_units && onednn_matmul(dweight, C, {dout, 1, OC}, {inp, C, 1}, nullptr, OC, N, C, true, true);
     Scratch& s = t_scratch;
     float* d = s.get(0, size_t(N) * OC);
-    float* x = s.get(1, size_t(N) * C);
-    float* w = s.get(2, size_t(OC) * C);
     bf16_to_f32(d, dout, size_t(N) * OC);
-    bf16_to_f32(x, inp, size_t(N) * C);
-    if (dinp) {
+    if (dinp && !dinp_done) {
+      float* w = s.get(2, size_t(OC) * C);
       float* dx = s.get(3, size_t(N) * C);
       bf16_to_f32(w, weight, size_t(OC) * C);
       Eigen::Map<RowMat<float>>(dx, N, C).noalias() =
           Eigen::Map<const RowMat<float>>(d, N, OC) * Eigen::Map<const RowMat<float>>(w, OC, C);
       bf16_add_f32(dinp, dx, size_t(N) * C);
     }
-    // dweight reuses w's scratch: the weight is no longer needed.
-    Eigen::Map<RowMat<float>>(w, OC, C).noalias() =
-        Eigen::Map<const RowMat<float>>(d, N, OC).transpose() * Eigen::Map<const RowMat<float>>(x, N, C);
-    bf16_add_f32(dweight, w, size_t(OC) * C);
+    if (!dweight_done) {
+      float* x = s.get(1, size_t(N) * C);
+      float* dw = s.get(2, size_t(OC) * C);
+      bf16_to_f32(x, inp, size_t(N) * C);
+      Eigen::Map<RowMat<float>>(dw, OC, C).noalias() =
+          Eigen::Map<const RowMat<float>>(d, N, OC).transpose() * Eigen::Map<const RowMat<float>>(x, N, C);
+      bf16_add_f32(dweight, dw, size_t(OC) * C);
+    }
     if (dbias) {
       float* db = s.get(4, OC);
       std::memset(db, 0, sizeof(float) * OC);
@@ -115,18 +130,6 @@ void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp,
   } else {
     gemm_backward<E>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-}
-
-double measure_gemm_gflops(int N, int C, int OC, int reps) {
-  std::vector<float> a(size_t(N) * C, 0.5f), b(size_t(OC) * C, 0.25f), c(size_t(N) * OC);
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    gemm_forward<float>(c.data(), a.data(), b.data(), nullptr, N, C, OC);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0 && dt < best) best = dt;  // the first run warms caches and threads
-  }
-  return 2.0 * N * C * OC / best / 1e9;
 }
 
 #define RZ_INSTANTIATE(E)                                                                        \

@@ -24,8 +24,4 @@ void matmul_backward(E* dinp,           // (N, C)
                      const E* weight,   // (OC, C)
                      int N, int C, int OC);
 
-// GFLOP/s of one bare fp32 GEMM of this shape on the current thread count (for the
-// step benchmark's reference rate): best of `reps` timed runs of (N,C) x (C,OC).
-double measure_gemm_gflops(int N, int C, int OC, int reps);
-
 }  // namespace rz

@@ -1,0 +1,33 @@
+// kernels/cpu/matmul_onednn.h: bf16 matmuls on the CPU's bf16 units through oneDNN.
+//
+// On CPUs with AVX512_BF16 or AMX-BF16, bf16 mode's linear layers multiply bf16 operands
+// with fp32 accumulation here instead of widening them into fp32 copies for Eigen. One
+// product shape: dst (M, N) [+]= a (M, K) * b (K, N), every operand addressed by a row and
+// a column stride, so the three products of a linear layer (and their transposes) need no
+// copies. With accumulate, dst = round(dst + a*b) with the sum taken in fp32.
+// Legend: M rows of dst, K the contracted dimension, N columns of dst.
+#pragma once
+
+#include <cstdint>
+
+namespace rz {
+
+// True when bf16 matmuls can run on bf16 hardware here: oneDNN was built in, the CPU has
+// AVX512_BF16 or AMX-BF16, and RINGZERO_BF16_MATMUL is not "fp32". The first call on a
+// CPU without them prints one notice that bf16 matmuls fall back to fp32 (Eigen).
+bool onednn_bf16_matmul_available();
+
+// One strided operand: element (i, j) at data[i * row_stride + j * col_stride].
+struct StridedOperand {
+  const void* data;
+  int64_t row_stride, col_stride;
+};
+
+// dst (M, N) row-major with leading dimension ldd; bias (N) or null, added once.
+// elem_bf16: operands and dst are bf16 (base/bf16.h); false: fp32, which the tests use to
+// check the strides and accumulation on any CPU. Returns false (and computes nothing)
+// when oneDNN cannot run this product here.
+bool onednn_matmul(void* dst, int64_t ldd, StridedOperand a, StridedOperand b, const void* bias, int64_t M,
+                   int64_t K, int64_t N, bool accumulate, bool elem_bf16);
+
+}  // namespace rz
