@@ -169,6 +169,9 @@ class CudaOps final : public Ops<E> {
     const size_t BT = size_t(B) * T;
     cuda::encoder_backward_wpe(dev(dwpe), dev(dout), B, T, C, ctx_->stream);
     if (BT == 0) return;
+    // Wait for the stream first: the previous call's upload from the staging buffer must
+    // have finished before the buffer is reused (or replaced).
+    ctx_->sync();
     int* host = static_cast<int*>(ctx_->staging_ints.get(sizeof(int) * (3 * BT + 1)));
     int* tokens = host;              // (BT) the ids, then reused for bucket tokens
     int* starts = host + BT;         // (nbuckets + 1)
@@ -191,8 +194,6 @@ class CudaOps final : public Ops<E> {
     int* d = static_cast<int*>(ctx_->scratch[CudaContext::kScratchInts].get(sizeof(int) * (3 * BT + 1)));
     CUDA_CHECK(cudaMemcpyAsync(d, host, sizeof(int) * (3 * BT + 1), cudaMemcpyHostToDevice, ctx_->stream));
     cuda::encoder_backward_wte(dev(dwte), dev(dout), d, d + BT, d + 2 * BT + 1, nbuckets, C, ctx_->stream);
-    // The staging buffer is reused by the next call only after its sync above, by which
-    // time this upload has finished.
   }
 
   void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias, int N,
@@ -279,6 +280,7 @@ class CudaBackend final : public Backend {
     (void)cudaStreamSynchronize(ctx_->stream);
     if (ctx_->lt.workspace) (void)cudaFree(ctx_->lt.workspace);
     if (ctx_->lt.handle) (void)cublasLtDestroy(ctx_->lt.handle);
+    cuda::delete_gemm_algo_cache(ctx_->lt.algos);
     (void)cudaStreamDestroy(ctx_->stream);
   }
 
@@ -385,11 +387,14 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(int index) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
+  if (err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    fail(strfmt("device cuda:%d: no usable CUDA driver or device (%s)", index, cudaGetErrorString(err)));
+    const char* what = err == cudaErrorInsufficientDriver ? "no CUDA driver, or one older than this build's CUDA runtime"
+                       : err == cudaErrorNoDevice || err == cudaSuccess ? "no CUDA device is visible to this process"
+                                                                         : "CUDA cannot be used here";
+    fail(strfmt("device cuda:%d: %s (cudaGetDeviceCount: %s)", index, what,
+                err == cudaSuccess ? "0 devices" : cudaGetErrorString(err)));
   }
-  if (count == 0) fail(strfmt("device cuda:%d: no CUDA device is visible to this process", index));
   if (index < 0 || index >= count)
     fail(strfmt("device cuda:%d: no such GPU (this process sees %d, cuda:0 .. cuda:%d)", index, count, count - 1));
   CUDA_CHECK(cudaSetDevice(index));
@@ -405,6 +410,7 @@ std::unique_ptr<Backend> make_cuda_backend(int index) {
   CUBLAS_CHECK(cublasLtCreate(&ctx->lt.handle));
   CUDA_CHECK(cudaMalloc(&ctx->lt.workspace, kWorkspaceBytes));
   ctx->lt.workspace_bytes = kWorkspaceBytes;
+  ctx->lt.algos = cuda::new_gemm_algo_cache();
   return std::make_unique<CudaBackend>(std::move(ctx), prop.name);
 }
 

@@ -17,11 +17,20 @@
 
 namespace rz::cuda {
 
-// cuBLASLt handle and the workspace its kernels may use (owned by the backend).
+// The cuBLASLt algorithm chosen for each gemm configuration, asked of the heuristic once
+// (matmul.cu): saves its cost on every later call, and keeps the choice -- and so the
+// bits -- fixed for the life of the backend.
+struct GemmAlgoCache;
+GemmAlgoCache* new_gemm_algo_cache();
+void delete_gemm_algo_cache(GemmAlgoCache* cache);
+
+// cuBLASLt handle, the workspace its kernels may use, the algorithm cache (owned by the
+// backend).
 struct BlasLt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  GemmAlgoCache* algos = nullptr;
 };
 
 // --- encoder.cu

@@ -12,6 +12,9 @@
 // beta = 1 product, rather than a cuBLASLt epilogue, because an epilogue's bias pointer
 // must be 16-byte aligned and the model's biases are views into one parameter buffer.
 // The bias gradient is a deterministic two-stage column sum (layernorm.cu), not atomics.
+#include <array>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "kernels/cuda/launchers.cuh"
@@ -60,6 +63,14 @@ __global__ void broadcast_rows_kernel(E* out, const E* bias, int OC, size_t n) {
 
 }  // namespace
 
+struct GemmAlgoCache {
+  using Key = std::array<long long, 17>;
+  std::mutex mu;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+};
+GemmAlgoCache* new_gemm_algo_cache() { return new GemmAlgoCache; }
+void delete_gemm_algo_cache(GemmAlgoCache* cache) { delete cache; }
+
 void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int n, int k, const void* A,
           long long lda, long long strideA, const void* B, long long ldb, long long strideB, cudaDataType_t ab,
           void* D, long long ldd, long long strideD, cudaDataType_t d, int batch, float alpha, float beta) {
@@ -88,13 +99,33 @@ void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int
                                                       sizeof(align_d)));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                       sizeof(align_d)));
-    cublasLtMatmulHeuristicResult_t best{};
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, op, a.desc, b.desc, dl.desc, dl.desc, pref, 1, &best, &found));
-    RZ_CHECK(found > 0, "cuBLASLt has no algorithm for a %s gemm m=%d n=%d k=%d batch=%d (transA=%d transB=%d)",
-             ab == CUDA_R_32F ? "fp32" : "bf16", m, n, k, batch, int(transA), int(transB));
+    const GemmAlgoCache::Key key = {transA, transB, m, n, k, lda, ldb, ldd, batch > 1 ? strideA : 0,
+                                    batch > 1 ? strideB : 0, batch > 1 ? strideD : 0, batch, (long long)ab,
+                                    (long long)d, align_a, align_b, align_d};
+    cublasLtMatmulAlgo_t algo{};
+    bool cached = false;
+    if (lt.algos) {
+      std::lock_guard<std::mutex> lock(lt.algos->mu);
+      auto it = lt.algos->algos.find(key);
+      if (it != lt.algos->algos.end()) {
+        algo = it->second;
+        cached = true;
+      }
+    }
+    if (!cached) {
+      cublasLtMatmulHeuristicResult_t best{};
+      int found = 0;
+      CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, op, a.desc, b.desc, dl.desc, dl.desc, pref, 1, &best, &found));
+      RZ_CHECK(found > 0, "cuBLASLt has no algorithm for a %s gemm m=%d n=%d k=%d batch=%d (transA=%d transB=%d)",
+               ab == CUDA_R_32F ? "fp32" : "bf16", m, n, k, batch, int(transA), int(transB));
+      algo = best.algo;
+      if (lt.algos) {
+        std::lock_guard<std::mutex> lock(lt.algos->mu);
+        lt.algos->algos.emplace(key, algo);
+      }
+    }
     // C is D: beta = 1 accumulates into the output in place.
-    CUBLAS_CHECK(cublasLtMatmul(lt.handle, op, &alpha, A, a.desc, B, b.desc, &beta, D, dl.desc, D, dl.desc, &best.algo,
+    CUBLAS_CHECK(cublasLtMatmul(lt.handle, op, &alpha, A, a.desc, B, b.desc, &beta, D, dl.desc, D, dl.desc, &algo,
                                 lt.workspace, lt.workspace_bytes, s));
   } catch (...) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
