@@ -107,7 +107,11 @@ __global__ void column_finish_kernel(E* out, const float* partial, int nchunks, 
   out[c] = store<E>(load(out[c]) + acc);
 }
 
-int chunks_for(int N) { return (N + kRowsPerChunk - 1) / kRowsPerChunk; }
+int chunks_for(int N) {
+  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+  RZ_CHECK(chunks <= 65535, "column sums over N=%d rows: more than 65535 chunks of %d rows", N, kRowsPerChunk);
+  return chunks;
+}
 
 }  // namespace
 
