@@ -24,41 +24,68 @@ static void raise_peak(std::atomic<size_t>& peak, size_t value) {
   }
 }
 
-void MemoryTracker::on_alloc(MemTag tag, size_t bytes) {
-  size_t now = current_[idx(tag)].fetch_add(bytes) + bytes;
-  raise_peak(peak_[idx(tag)], now);
-  size_t total = current_total_.fetch_add(bytes) + bytes;
-  raise_peak(peak_total_, total);
+void MemoryTracker::on_alloc(DeviceKind kind, MemTag tag, size_t bytes) {
+  Counters& c = at(kind);
+  size_t now = c.current[idx(tag)].fetch_add(bytes) + bytes;
+  raise_peak(c.peak[idx(tag)], now);
+  size_t total = c.current_total.fetch_add(bytes) + bytes;
+  raise_peak(c.peak_total, total);
 }
 
-void MemoryTracker::on_free(MemTag tag, size_t bytes) {
-  current_[idx(tag)].fetch_sub(bytes);
-  current_total_.fetch_sub(bytes);
+void MemoryTracker::on_free(DeviceKind kind, MemTag tag, size_t bytes) {
+  Counters& c = at(kind);
+  c.current[idx(tag)].fetch_sub(bytes);
+  c.current_total.fetch_sub(bytes);
 }
 
-size_t MemoryTracker::current_total() const { return current_total_.load(); }
-size_t MemoryTracker::peak_total() const { return peak_total_.load(); }
+size_t MemoryTracker::peak_total(DeviceKind kind) const { return at(kind).peak_total.load(); }
 
 void MemoryTracker::reset_peaks() {
-  for (int i = 0; i < kNumMemTags; ++i) peak_[i].store(current_[i].load());
-  peak_total_.store(current_total_.load());
+  for (Counters& c : kinds_) {
+    for (int i = 0; i < kNumMemTags; ++i) c.peak[i].store(c.current[i].load());
+    c.peak_total.store(c.current_total.load());
+  }
 }
 
-void* tracked_alloc(MemTag tag, size_t bytes) {
+std::string device_name(Device d) {
+  return d.is_cpu() ? std::string("cpu") : strfmt("cuda:%d", d.index);
+}
+
+// One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
+static std::array<DeviceAllocator, kNumDeviceKinds> g_allocators;
+
+void register_device_allocator(DeviceKind kind, DeviceAllocator a) {
+  RZ_CHECK(kind != DeviceKind::cpu && a.alloc != nullptr && a.free != nullptr,
+           "register_device_allocator: needs a device kind and both functions");
+  g_allocators[static_cast<int>(kind)] = a;
+}
+
+void* tracked_alloc(MemTag tag, size_t bytes, Device dev) {
   if (bytes == 0) return nullptr;
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  RZ_CHECK(p != nullptr, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),
-           mem_tag_name(tag));
-  std::memset(p, 0, rounded);
-  MemoryTracker::global().on_alloc(tag, bytes);
+  void* p = nullptr;
+  if (dev.is_cpu()) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    p = std::aligned_alloc(64, rounded);
+    RZ_CHECK(p != nullptr, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),
+             mem_tag_name(tag));
+    std::memset(p, 0, rounded);
+  } else {
+    const DeviceAllocator& a = g_allocators[static_cast<int>(dev.kind)];
+    RZ_CHECK(a.alloc != nullptr, "cannot allocate %s for %s on %s: no backend for that device is active",
+             format_bytes(double(bytes)).c_str(), mem_tag_name(tag), device_name(dev).c_str());
+    p = a.alloc(dev.index, bytes);
+  }
+  MemoryTracker::global().on_alloc(dev.kind, tag, bytes);
   return p;
 }
 
-void tracked_free(MemTag tag, void* p, size_t bytes) {
+void tracked_free(MemTag tag, void* p, size_t bytes, Device dev) {
   if (p == nullptr) return;
-  std::free(p);
-  MemoryTracker::global().on_free(tag, bytes);
+  if (dev.is_cpu())
+    std::free(p);
+  else
+    g_allocators[static_cast<int>(dev.kind)].free(dev.index, p);
+  MemoryTracker::global().on_free(dev.kind, tag, bytes);
 }
 
 std::string format_bytes(double bytes) {

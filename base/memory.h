@@ -1,10 +1,15 @@
 // base/memory.h: tagged, tracked allocations.
 //
 // Every sizeable buffer in ringzero (parameters, gradients, optimizer state, activations,
-// comm staging) is allocated as a rz::Buffer with a MemTag. The process-wide MemoryTracker
-// keeps current and peak bytes per tag, so a rank can report what it really holds next
-// to the formula for its strategy (see zero/memory_report). Counters are atomic: the
-// comm thread allocates and frees too.
+// comm staging) is allocated as a rz::Buffer with a MemTag and a Device. The process-wide
+// MemoryTracker keeps current and peak bytes per device kind and tag, so a rank can report
+// what it really holds -- in host RAM or on its GPU -- next to the formula for its
+// strategy (see zero/memory_report). Counters are atomic: the comm thread allocates and
+// frees too.
+//
+// base/ knows no GPU API. Device memory comes from the DeviceAllocator that a backend
+// registers (kernels/cuda does, when a CUDA backend is created); allocating on a device
+// with none registered is an error, not a crash.
 #pragma once
 
 #include <array>
@@ -20,33 +25,61 @@ enum class MemTag : int { params, grads, master, adam_m, adam_v, activations, co
 constexpr int kNumMemTags = 8;
 const char* mem_tag_name(MemTag tag);
 
+// Where memory lives: the host (DeviceKind::cpu) or GPU `index` (DeviceKind::cuda).
+enum class DeviceKind : int { cpu, cuda };
+constexpr int kNumDeviceKinds = 2;
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;  // GPU ordinal; 0 for the host
+  bool is_cpu() const { return kind == DeviceKind::cpu; }
+  bool operator==(const Device&) const = default;
+};
+std::string device_name(Device d);  // "cpu", "cuda:0"
+
+// How device memory is obtained. alloc returns zero-filled memory or throws rz::Error.
+struct DeviceAllocator {
+  void* (*alloc)(int index, size_t bytes) = nullptr;
+  void (*free)(int index, void* p) = nullptr;
+};
+// Registers the allocator for one device kind (idempotent; kernels/cuda calls it).
+void register_device_allocator(DeviceKind kind, DeviceAllocator a);
+
 class MemoryTracker {
  public:
   static MemoryTracker& global();
 
-  void on_alloc(MemTag tag, size_t bytes);
-  void on_free(MemTag tag, size_t bytes);
-  size_t current(MemTag tag) const { return current_[idx(tag)].load(); }
-  size_t peak(MemTag tag) const { return peak_[idx(tag)].load(); }
-  size_t current_total() const;
-  size_t peak_total() const;  // peak of the sum, not the sum of peaks
-  // Start a new measurement window: peaks become the current values.
+  void on_alloc(DeviceKind kind, MemTag tag, size_t bytes);
+  void on_free(DeviceKind kind, MemTag tag, size_t bytes);
+  // Bytes held on one kind of device (the host by default), summed over device indices.
+  size_t current(MemTag tag, DeviceKind kind = DeviceKind::cpu) const { return at(kind).current[idx(tag)].load(); }
+  size_t peak(MemTag tag, DeviceKind kind = DeviceKind::cpu) const { return at(kind).peak[idx(tag)].load(); }
+  size_t current_total(DeviceKind kind = DeviceKind::cpu) const { return at(kind).current_total.load(); }
+  size_t peak_total(DeviceKind kind = DeviceKind::cpu) const;  // peak of the sum, not the sum of peaks
+  // Start a new measurement window: peaks become the current values (every device kind).
   void reset_peaks();
 
  private:
+  struct Counters {
+    std::array<std::atomic<size_t>, kNumMemTags> current{};
+    std::array<std::atomic<size_t>, kNumMemTags> peak{};
+    std::atomic<size_t> current_total{0};
+    std::atomic<size_t> peak_total{0};
+  };
   static int idx(MemTag t) { return static_cast<int>(t); }
-  std::array<std::atomic<size_t>, kNumMemTags> current_{};
-  std::array<std::atomic<size_t>, kNumMemTags> peak_{};
-  std::atomic<size_t> current_total_{0};
-  std::atomic<size_t> peak_total_{0};
+  Counters& at(DeviceKind k) { return kinds_[static_cast<int>(k)]; }
+  const Counters& at(DeviceKind k) const { return kinds_[static_cast<int>(k)]; }
+  std::array<Counters, kNumDeviceKinds> kinds_;
 };
 
-// An owning, 64-byte aligned, zero-initialised array of T accounted under one tag.
+// An owning, zero-initialised array of T on one device, accounted under one tag. Host
+// buffers are 64-byte aligned; device buffers are the device allocator's (cudaMalloc:
+// 256-byte aligned). data() of a device buffer is a device pointer: hand it to a backend
+// op, never dereference it on the host (operator[] is for host buffers only).
 template <typename T>
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(MemTag tag, size_t count) { allocate(tag, count); }
+  Buffer(MemTag tag, size_t count, Device dev = {}) { allocate(tag, count, dev); }
   ~Buffer() { release(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -57,11 +90,12 @@ class Buffer {
       data_ = std::exchange(o.data_, nullptr);
       count_ = std::exchange(o.count_, 0);
       tag_ = o.tag_;
+      device_ = o.device_;
     }
     return *this;
   }
 
-  void allocate(MemTag tag, size_t count);  // releases any previous contents
+  void allocate(MemTag tag, size_t count, Device dev = {});  // releases any previous contents
   void release();
 
   T* data() { return data_; }
@@ -70,6 +104,7 @@ class Buffer {
   size_t bytes() const { return count_ * sizeof(T); }
   bool empty() const { return count_ == 0; }
   MemTag tag() const { return tag_; }
+  Device device() const { return device_; }
   T& operator[](size_t i) { return data_[i]; }
   const T& operator[](size_t i) const { return data_[i]; }
 
@@ -77,23 +112,26 @@ class Buffer {
   T* data_ = nullptr;
   size_t count_ = 0;
   MemTag tag_ = MemTag::workspace;
+  Device device_;
 };
 
-// Untyped helpers behind Buffer (they throw rz::Error when memory runs out).
-void* tracked_alloc(MemTag tag, size_t bytes);
-void tracked_free(MemTag tag, void* p, size_t bytes);
+// Untyped helpers behind Buffer (they throw rz::Error when memory runs out or when no
+// allocator is registered for the device).
+void* tracked_alloc(MemTag tag, size_t bytes, Device dev = {});
+void tracked_free(MemTag tag, void* p, size_t bytes, Device dev = {});
 
 template <typename T>
-void Buffer<T>::allocate(MemTag tag, size_t count) {
+void Buffer<T>::allocate(MemTag tag, size_t count, Device dev) {
   release();
   tag_ = tag;
+  device_ = dev;
+  data_ = static_cast<T*>(tracked_alloc(tag, count * sizeof(T), dev));
   count_ = count;
-  data_ = static_cast<T*>(tracked_alloc(tag, count * sizeof(T)));
 }
 
 template <typename T>
 void Buffer<T>::release() {
-  if (data_ != nullptr) tracked_free(tag_, data_, count_ * sizeof(T));
+  if (data_ != nullptr) tracked_free(tag_, data_, count_ * sizeof(T), device_);
   data_ = nullptr;
   count_ = 0;
 }

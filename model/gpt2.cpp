@@ -1,7 +1,9 @@
-// model/gpt2.cpp: GPT-2 forward and backward, orchestrating the CPU kernels.
+// model/gpt2.cpp: GPT-2 forward and backward, orchestrating the backend's ops.
 //
 // One implementation, templated over the storage type E (float for fp32 mode, bf16 for
-// bf16 mode). Parameters live in one flat buffer in the layout's gradient-ready order.
+// bf16 mode), calling the op table Ops<E> of the model's backend (kernels/backend.h), so
+// the same code runs on the CPU and on a GPU. Parameters live in one flat buffer in the
+// layout's gradient-ready order.
 // Activations live in one tracked allocation carved into the tensors below; it grows
 // only when a forward asks for a larger (B, T) than any before it.
 //
@@ -23,14 +25,6 @@
 
 #include "base/check.h"
 #include "base/memory.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/convert.h"
-#include "kernels/cpu/crossentropy.h"
-#include "kernels/cpu/encoder.h"
-#include "kernels/cpu/gelu.h"
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/residual.h"
 
 namespace rz {
 
@@ -51,7 +45,7 @@ struct Carver {
 template <typename E>
 struct LayerActs {
   E *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
-  acc_t<E>*ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 };
 
 template <typename E>
@@ -59,14 +53,15 @@ struct Acts {
   E* encoded;  // (N, C)
   std::vector<LayerActs<E>> layers;
   E *lnf, *logits;  // (N, C), (N, Vp)
-  acc_t<E>*lnf_mean, *lnf_rstd, *losses, *lse;  // (N) each
+  float *lnf_mean, *lnf_rstd, *losses, *lse;  // (N) each
+  int *inputs, *targets;  // (N) each: the batch's token ids in backend memory
   // scratch shared by all layers
   E *proj, *gelu_scratch, *dres, *dln, *dfch, *dqkv, *datty;
 };
 
 template <typename E>
 Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {
-  using A = acc_t<E>;
+  using A = float;  // per-row statistics are fp32 in both precisions
   const size_t N = size_t(B) * T, C = cfg.channels, NH = cfg.num_heads;
   Acts<E> a;
   a.encoded = cv.take<E>(N * C);
@@ -99,6 +94,8 @@ Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, 
   a.dfch = cv.take<E>(N * 4 * C);
   a.dqkv = cv.take<E>(N * 3 * C);
   a.datty = cv.take<E>(N * C);
+  a.inputs = cv.take<int>(N);
+  a.targets = cv.take<int>(N);
   return a;
 }
 
@@ -137,11 +134,11 @@ struct GPT2::Impl {
   GPT2Config cfg;
   ModelOptions opts;
   ParamLayout layout;
-  Buffer<unsigned char> params;  // layout.total elements of E
-  Buffer<unsigned char> acts;    // carved by carve_acts for (capB, capT)
+  std::unique_ptr<Backend> backend;
+  Buffer<unsigned char> params;  // layout.total elements of E, on the backend's device
+  Buffer<unsigned char> acts;    // carved by carve_acts for (capB, capT), same device
   int capB = 0, capT = 0;        // activation capacity
   int B = 0, T = 0;              // shape of the last forward
-  std::vector<int> inputs, targets;
   bool have_targets = false, logits_valid = false;
 
   template <typename E>
@@ -183,44 +180,46 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   if (size_t(B_) * T_ > size_t(capB) * capT || T_ > capT || B_ > capB) {
     capB = std::max(capB, B_);
     capT = std::max(capT, T_);
-    acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT));
+    acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT), opts.device);
   }
   B = B_;
   T = T_;
-  inputs.assign(in, in + N);
   have_targets = tg != nullptr;
-  if (tg) targets.assign(tg, tg + N);
   Acts<E> a = views<E>();
+  Backend& be = *backend;
+  Ops<E>& op = be.ops<E>();
+  be.copy_from_host(a.inputs, in, N * sizeof(int));
+  if (tg) be.copy_from_host(a.targets, tg, N * sizeof(int));
 
-  encoder_forward(a.encoded, in, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
+  op.encoder_forward(a.encoded, a.inputs, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     E* gelu_out = opts.recompute_gelu ? a.gelu_scratch : la.fch_gelu;
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, param<E>(ParamKind::ln1w, l),
+    op.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, param<E>(ParamKind::ln1w, l),
                       param<E>(ParamKind::ln1b, l), int(N), C);
-    matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
+    op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
                    C, 3 * C);
-    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
-    matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
+    op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    op.matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
                    int(N), C, C);
-    residual_forward(la.res2, res_in, a.proj, N * C);
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, param<E>(ParamKind::ln2w, l),
+    op.residual_forward(la.res2, res_in, a.proj, N * C);
+    op.layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.res2, param<E>(ParamKind::ln2w, l),
                       param<E>(ParamKind::ln2b, l), int(N), C);
-    matmul_forward(la.fch, la.ln2, param<E>(ParamKind::fcw, l), param<E>(ParamKind::fcb, l), int(N), C,
+    op.matmul_forward(la.fch, la.ln2, param<E>(ParamKind::fcw, l), param<E>(ParamKind::fcb, l), int(N), C,
                    4 * C);
-    gelu_forward(gelu_out, la.fch, N * 4 * C);
-    matmul_forward(a.proj, gelu_out, param<E>(ParamKind::fcprojw, l), param<E>(ParamKind::fcprojb, l),
+    op.gelu_forward(gelu_out, la.fch, N * 4 * C);
+    op.matmul_forward(a.proj, gelu_out, param<E>(ParamKind::fcprojw, l), param<E>(ParamKind::fcprojb, l),
                    int(N), 4 * C, C);
-    residual_forward(la.res3, la.res2, a.proj, N * C);
+    op.residual_forward(la.res3, la.res2, a.proj, N * C);
   }
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
+  op.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
                     param<E>(ParamKind::lnfb), int(N), C);
-  matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
+  op.matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
                  Vp);
   logits_valid = true;
   if (!tg) return 0.0f;
-  crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
+  op.crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
   double sum = 0;
   for (size_t i = 0; i < N; ++i) sum += a.losses[i];
   return float(sum / double(N));
@@ -234,19 +233,20 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
             Vp = cfg.padded_vocab_size;
   const size_t N = size_t(B) * T;
   Acts<E> a = views<E>();
-  auto zero = [](E* p, size_t n) { std::memset(static_cast<void*>(p), 0, n * sizeof(E)); };
+  Backend& be = *backend;
+  Ops<E>& op = be.ops<E>();
+  auto zero = [&be](E* p, size_t n) { be.zero(p, n * sizeof(E)); };
 
   sink.begin_backward();
   // The tied classifier: dwte is requested now and written again by the encoder at the end.
   E* dwte = grad<E>(sink, ParamKind::wte);
-  crossentropy_softmax_backward(a.logits, a.lse, targets.data(), acc_t<E>(loss_scale) / acc_t<E>(N),
-                                int(N), V, Vp);
+  op.crossentropy_softmax_backward(a.logits, a.lse, a.targets, loss_scale / float(N), int(N), V, Vp);
   logits_valid = false;
   zero(a.dln, N * C);
-  matmul_backward(a.dln, dwte, static_cast<E*>(nullptr), a.logits, a.lnf, param<E>(ParamKind::wte),
+  op.matmul_backward(a.dln, dwte, static_cast<E*>(nullptr), a.logits, a.lnf, param<E>(ParamKind::wte),
                   int(N), C, Vp);
   zero(a.dres, N * C);
-  layernorm_backward(a.dres, grad<E>(sink, ParamKind::lnfw), grad<E>(sink, ParamKind::lnfb), a.dln,
+  op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::lnfw), grad<E>(sink, ParamKind::lnfb), a.dln,
                      a.layers[L - 1].res3, param<E>(ParamKind::lnfw), a.lnf_mean, a.lnf_rstd, int(N), C);
   const ParamTensor& lnfb = layout.find(ParamKind::lnfb);
   sink.grads_ready(0, lnfb.offset + lnfb.numel);
@@ -256,37 +256,37 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     const E* gelu_out = la.fch_gelu;
     if (opts.recompute_gelu) {
-      gelu_forward(a.gelu_scratch, la.fch, N * 4 * C);
+      op.gelu_forward(a.gelu_scratch, la.fch, N * 4 * C);
       gelu_out = a.gelu_scratch;
     }
     // MLP: dres holds d(res3), which is also d(fcproj output).
     zero(a.dfch, N * 4 * C);
-    matmul_backward(a.dfch, grad<E>(sink, ParamKind::fcprojw, l), grad<E>(sink, ParamKind::fcprojb, l),
+    op.matmul_backward(a.dfch, grad<E>(sink, ParamKind::fcprojw, l), grad<E>(sink, ParamKind::fcprojb, l),
                     a.dres, gelu_out, param<E>(ParamKind::fcprojw, l), int(N), 4 * C, C);
-    gelu_backward(a.dfch, la.fch, a.dfch, N * 4 * C);
+    op.gelu_backward(a.dfch, la.fch, a.dfch, N * 4 * C);
     zero(a.dln, N * C);
-    matmul_backward(a.dln, grad<E>(sink, ParamKind::fcw, l), grad<E>(sink, ParamKind::fcb, l), a.dfch,
+    op.matmul_backward(a.dln, grad<E>(sink, ParamKind::fcw, l), grad<E>(sink, ParamKind::fcb, l), a.dfch,
                     la.ln2, param<E>(ParamKind::fcw, l), int(N), C, 4 * C);
-    layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln2w, l), grad<E>(sink, ParamKind::ln2b, l),
+    op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln2w, l), grad<E>(sink, ParamKind::ln2b, l),
                        a.dln, la.res2, param<E>(ParamKind::ln2w, l), la.ln2_mean, la.ln2_rstd, int(N), C);
     // Attention: dres now holds d(res2), which is also d(attproj output).
     zero(a.datty, N * C);
-    matmul_backward(a.datty, grad<E>(sink, ParamKind::attprojw, l),
+    op.matmul_backward(a.datty, grad<E>(sink, ParamKind::attprojw, l),
                     grad<E>(sink, ParamKind::attprojb, l), a.dres, la.atty,
                     param<E>(ParamKind::attprojw, l), int(N), C, C);
     zero(a.dqkv, N * 3 * C);
-    attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
+    op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
     zero(a.dln, N * C);
-    matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
+    op.matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
                     la.ln1, param<E>(ParamKind::qkvw, l), int(N), C, 3 * C);
-    layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln1w, l), grad<E>(sink, ParamKind::ln1b, l),
+    op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln1w, l), grad<E>(sink, ParamKind::ln1b, l),
                        a.dln, res_in, param<E>(ParamKind::ln1w, l), la.ln1_mean, la.ln1_rstd, int(N), C);
     const ParamTensor& first = layout.find(ParamKind::fcprojw, l);
     const ParamTensor& last = layout.find(ParamKind::ln1b, l);
     sink.grads_ready(first.offset, last.offset + last.numel);
   }
 
-  encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, inputs.data(), B, T, C);
+  op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, a.inputs, B, T, C);
   sink.grads_ready(layout.find(ParamKind::wpe).offset, layout.total);
   sink.end_backward();
 }
@@ -296,7 +296,9 @@ GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_un
   finalize_config(impl_->cfg);
   impl_->opts = opts;
   impl_->layout = build_param_layout(impl_->cfg);
-  impl_->params.allocate(MemTag::params, impl_->layout.total * precision_bytes(opts.precision));
+  impl_->backend = make_backend(opts.device);
+  impl_->params.allocate(MemTag::params, impl_->layout.total * precision_bytes(opts.precision),
+                         opts.device);
 }
 
 GPT2::~GPT2() = default;
@@ -304,23 +306,41 @@ GPT2::~GPT2() = default;
 const GPT2Config& GPT2::config() const { return impl_->cfg; }
 const ParamLayout& GPT2::layout() const { return impl_->layout; }
 Precision GPT2::precision() const { return impl_->opts.precision; }
+Device GPT2::device() const { return impl_->opts.device; }
+Backend& GPT2::backend() { return *impl_->backend; }
 void* GPT2::params() { return impl_->params.data(); }
 const void* GPT2::params() const { return impl_->params.data(); }
 
+// n elements of the model's precision in backend memory -> fp32 on the host.
+static void stored_to_host_f32(Backend& be, Precision p, float* out, const void* src, size_t n) {
+  if (p == Precision::fp32) {
+    be.copy_to_host(out, src, n * sizeof(float));
+  } else if (be.device().is_cpu()) {
+    be.bf16_to_f32(out, static_cast<const bf16*>(src), n);
+  } else {
+    std::vector<bf16> host(n);
+    be.copy_to_host(host.data(), src, n * sizeof(bf16));
+    cpu_backend().bf16_to_f32(out, host.data(), n);
+  }
+}
+
 void GPT2::get_params_f32(float* out) const {
-  const size_t n = impl_->layout.total;
-  if (precision() == Precision::fp32)
-    std::memcpy(out, impl_->params.data(), n * sizeof(float));
-  else
-    bf16_to_f32(out, reinterpret_cast<const bf16*>(impl_->params.data()), n);
+  stored_to_host_f32(*impl_->backend, precision(), out, impl_->params.data(), impl_->layout.total);
 }
 
 void GPT2::set_params_f32(const float* in) {
+  Backend& be = *impl_->backend;
   const size_t n = impl_->layout.total;
-  if (precision() == Precision::fp32)
-    std::memcpy(impl_->params.data(), in, n * sizeof(float));
-  else
-    f32_to_bf16(reinterpret_cast<bf16*>(impl_->params.data()), in, n);
+  void* dst = impl_->params.data();
+  if (precision() == Precision::fp32) {
+    be.copy_from_host(dst, in, n * sizeof(float));
+  } else if (be.device().is_cpu()) {
+    be.f32_to_bf16(static_cast<bf16*>(dst), in, n);
+  } else {
+    std::vector<bf16> host(n);
+    cpu_backend().f32_to_bf16(host.data(), in, n);
+    be.copy_from_host(dst, host.data(), n * sizeof(bf16));
+  }
 }
 
 void GPT2::init_random(uint64_t seed) {
@@ -368,19 +388,9 @@ void GPT2::logits_f32(std::vector<float>& out) const {
   Impl& m = *impl_;
   const size_t n = size_t(m.B) * m.T * m.cfg.padded_vocab_size;
   out.resize(n);
-  if (precision() == Precision::fp32)
-    std::memcpy(out.data(), m.views<float>().logits, n * sizeof(float));
-  else
-    bf16_to_f32(out.data(), m.views<bf16>().logits, n);
-}
-
-void GPT2::losses_f32(std::vector<float>& out) const {
-  Impl& m = *impl_;
-  RZ_CHECK(m.B > 0 && m.have_targets, "losses_f32: the last forward had no targets");
-  const size_t n = size_t(m.B) * m.T;
-  out.resize(n);
-  const float* src = precision() == Precision::fp32 ? m.views<float>().losses : m.views<bf16>().losses;
-  std::memcpy(out.data(), src, n * sizeof(float));
+  const void* logits = precision() == Precision::fp32 ? static_cast<const void*>(m.views<float>().logits)
+                                                      : static_cast<const void*>(m.views<bf16>().logits);
+  stored_to_host_f32(*m.backend, precision(), out.data(), logits, n);
 }
 
 size_t GPT2::activation_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {

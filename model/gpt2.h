@@ -4,6 +4,11 @@
 // in bf16 mode activations are bf16 too and every kernel computes in fp32. The
 // optimizer's fp32 master weights and AdamW state belong to the strategy (zero/), not
 // here: the model only reads params() and writes gradients into a GradSink.
+//
+// The model owns its Backend (kernels/backend.h), chosen by ModelOptions::device: its
+// parameters and activations live in that backend's memory and every op goes through its
+// table. params() and the GradSink's pointers are therefore device pointers on a GPU;
+// the *_f32 accessors copy to and from the host.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/memory.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "model/grad_sink.h"
 #include "model/layout.h"
@@ -20,6 +27,12 @@ namespace rz {
 struct ModelOptions {
   Precision precision = Precision::fp32;
   bool recompute_gelu = false;  // keep no fc GELU outputs; recompute them in backward
+  Device device;                // where parameters and activations live (the host by default)
+
+  // A constructor rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
+  // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise).
+  ModelOptions(Precision p = Precision::fp32, bool recompute = false, Device dev = {})
+      : precision(p), recompute_gelu(recompute), device(dev) {}
 };
 
 class GPT2 {
@@ -32,8 +45,10 @@ class GPT2 {
   const GPT2Config& config() const;
   const ParamLayout& layout() const;
   Precision precision() const;
+  Device device() const;
+  Backend& backend();  // the op table the strategies use for the optimizer too
 
-  // layout().total elements, float (fp32) or bf16 (bf16 mode); MemTag::params.
+  // layout().total elements, float (fp32) or bf16 (bf16 mode); MemTag::params, on device().
   void* params();
   const void* params() const;
   // Copies to / from an fp32 array in the internal layout (rounds to bf16 in bf16 mode).
@@ -54,10 +69,8 @@ class GPT2 {
   // loss_scale / (B*T) per position: pass 1/grad_accum_steps when accumulating.
   void backward(GradSink& sink, float loss_scale = 1.0f);
 
-  // Logits of the last forward as fp32: (B, T, Vp) row-major, padded columns included.
+  // Logits of the last forward as fp32 on the host: (B, T, Vp) row-major, padded columns included.
   void logits_f32(std::vector<float>& out) const;
-  // Per-position losses of the last forward: (B, T).
-  void losses_f32(std::vector<float>& out) const;
 
   // Activation bytes the model would allocate for (B, T); used by `ringzero memory`.
   static size_t activation_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T);

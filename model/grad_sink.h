@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "base/memory.h"
+#include "kernels/backend.h"
 #include "model/layout.h"
 
 namespace rz {
@@ -35,13 +36,15 @@ class GradSink {
   virtual void end_backward() {}
 };
 
-// The plain sink: one full gradient buffer (MemTag::grads) in the model's precision.
+// The plain sink: one full gradient buffer (MemTag::grads) in the model's precision, on
+// the backend's device (pass model.backend() for a model that is not on the CPU).
 class FullGradSink : public GradSink {
  public:
-  FullGradSink(size_t total, Precision precision);
+  FullGradSink(size_t total, Precision precision, Backend& be = cpu_backend());
   void* grad_ptr(size_t offset, size_t count) override;
   void grads_ready(size_t begin, size_t end) override {}
   void zero();  // start a new accumulation window
+  void get_f32(float* out) const;  // every gradient as fp32 on the host: (total)
   void* data() { return grads_.data(); }
   size_t total() const { return total_; }
   Precision precision() const { return precision_; }
@@ -49,6 +52,7 @@ class FullGradSink : public GradSink {
  private:
   size_t total_;
   Precision precision_;
+  Backend& be_;
   Buffer<unsigned char> grads_;
 };
 

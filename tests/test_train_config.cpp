@@ -107,7 +107,15 @@ TEST_CASE("validation is a separate step that names the key") {
   CHECK(bad([](TrainConfig& c) { c.strategy = "zero3"; }) == "strategy: expected ddp, zero1 or zero2, found 'zero3'");
   CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
   CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
-  CHECK(bad([](TrainConfig& c) { c.device = "cuda"; }).find("device: the CUDA backend cannot train yet") == 0);
+  CHECK(bad([](TrainConfig& c) { c.device = "cuda:x"; }) ==
+        "device: expected cpu, cuda or cuda:K (K a GPU index), found 'cuda:x'");
+  CHECK(bad([](TrainConfig& c) { c.device = "gpu"; }).find("device: expected cpu, cuda or cuda:K") == 0);
+  CHECK_NOTHROW(validate_config([] {
+    TrainConfig c;
+    c.data = "x.bin";
+    c.device = "cuda:1";
+    return c;
+  }()));
   CHECK(bad([](TrainConfig& c) { c.data.clear(); }).find("data:") == 0);
   CHECK(bad([](TrainConfig& c) { c.resume = true; }).find("resume: needs save_dir") == 0);
   CHECK(bad([](TrainConfig& c) { c.node_rank = 2; c.nnodes = 2; c.master_port = 1234; }) == "node_rank: expected 0..1, found 2");

@@ -2,6 +2,7 @@
 // every strategy learns, resume is bitwise, a killed rank stops the job, damaged input is a
 // one-line error, and a 2-rank ZeRO-2 checkpoint resumes on 1 and 3 ranks.
 // Every command runs under `timeout`, so a hang fails the test instead of blocking CI.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -315,10 +316,17 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     CHECK(r.status == 1);
     CHECK(r.output.find("--learning-rate") != std::string::npos);
   }
-  SECTION("--device cuda says the CUDA backend cannot train yet") {
+  SECTION("--device cuda without a usable GPU is one line naming the cause") {
+    // Here: a build without CUDA, or no driver, or no device. On a machine with a GPU the
+    // device is fine and the missing data file is the error instead.
     Result r = run("train --data x.bin --device cuda");
     CHECK(r.status == 1);
-    CHECK(r.output.find("device: the CUDA backend cannot train yet") != std::string::npos);
+    CHECK(r.output.rfind("ringzero train: error: ", 0) == 0);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+    CHECK((r.output.find("cuda") != std::string::npos || r.output.find("x.bin") != std::string::npos));
+    r = run("train --data x.bin --device cuda --nproc-per-node 2");
+    CHECK(r.status != 0);
+    CHECK((r.output.find("one rank per job") != std::string::npos || r.output.find("cuda") != std::string::npos));
   }
   SECTION("an accumulation that does not divide") {
     Result r = run(tiny_args("--steps 2 --total-batch-tokens 1000"));

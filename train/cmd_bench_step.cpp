@@ -1,12 +1,14 @@
 // train/cmd_bench_step.cpp: `ringzero bench-step`, the model's training-step benchmark.
 //
-// Times forward + backward + AdamW on one rank (no communication) and sets the step's
-// achieved GFLOP/s next to what Eigen's GEMM reaches alone on the same work. FLOPs are
+// Times forward + backward + AdamW on one rank (no communication), on the CPU or a GPU
+// (--device), and sets the step's achieved GFLOP/s next to what the backend's GEMM
+// reaches alone on the same work (Eigen on the CPU, cuBLASLt on a GPU: on a GPU that
+// ratio is the MFU against the GEMM rate measured in the same run). FLOPs are
 // counted the way llm.c counts them for MFU: 6 x params per token for the matmuls
 // (forward 2, backward 4) plus 12 x L x C x T per token for attention (the full T x T
 // score and value products, forward and backward, even though causal attention does
 // about half of that). "GEMM alone" runs exactly the step's matmul calls (every linear
-// layer's forward and both backward products, fp32, same shapes and thread count)
+// layer's forward and both backward products, same precision, shapes and thread count)
 // on their own: the ceiling the rest of the step (attention, layernorm, GELU, softmax,
 // AdamW, bf16 conversions) is measured against.
 #include <CLI/CLI.hpp>
@@ -20,8 +22,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/matmul.h"
+#include "kernels/backend.h"
 #include "model/gpt2.h"
 #include "train/command.h"
 
@@ -41,11 +42,15 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
   const GPT2Config& cfg = model.config();
   const ParamLayout& lay = model.layout();
   const Precision prec = model.precision();
-  FullGradSink sink(lay.total, prec);
-  Buffer<float> m(MemTag::adam_m, lay.total), v(MemTag::adam_v, lay.total), master;
+  Backend& be = model.backend();
+  const Device dev = model.device();
+  FullGradSink sink(lay.total, prec, be);
+  Buffer<float> m(MemTag::adam_m, lay.total, dev), v(MemTag::adam_v, lay.total, dev), master;
   if (prec == Precision::bf16) {
-    master.allocate(MemTag::master, lay.total);
-    model.get_params_f32(master.data());
+    master.allocate(MemTag::master, lay.total, dev);
+    std::vector<float> host(lay.total);
+    model.get_params_f32(host.data());
+    be.copy_from_host(master.data(), host.data(), lay.total * sizeof(float));
   }
   std::vector<int> x(size_t(B) * T), y(size_t(B) * T);
   for (size_t i = 0; i < x.size(); ++i) {
@@ -60,6 +65,7 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
     t0 = Clock::now();
     sink.zero();
     model.backward(sink);
+    be.synchronize();
     const double tb = seconds_since(t0);
     t0 = Clock::now();
     for (const ParamTensor& t : lay.tensors) {
@@ -67,13 +73,14 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
       st.t = uint64_t(s + 1);
       st.weight_decay = t.weight_decay ? 0.1f : 0.0f;
       if (prec == Precision::fp32)
-        adamw_update<float, float>(static_cast<float*>(model.params()) + t.offset, nullptr, m.data() + t.offset,
-                                   v.data() + t.offset, static_cast<const float*>(sink.data()) + t.offset, t.numel, st);
+        be.adamw_update(static_cast<float*>(model.params()) + t.offset, nullptr, m.data() + t.offset,
+                        v.data() + t.offset, static_cast<const float*>(sink.data()) + t.offset, t.numel, st);
       else
-        adamw_update<bf16, bf16>(static_cast<bf16*>(model.params()) + t.offset, master.data() + t.offset,
-                                 m.data() + t.offset, v.data() + t.offset,
-                                 static_cast<const bf16*>(sink.data()) + t.offset, t.numel, st);
+        be.adamw_update(static_cast<bf16*>(model.params()) + t.offset, master.data() + t.offset,
+                        m.data() + t.offset, v.data() + t.offset,
+                        static_cast<const bf16*>(sink.data()) + t.offset, t.numel, st);
     }
+    be.synchronize();
     const double to = seconds_since(t0);
     if (s >= warmup) {
       f.push_back(tf);
@@ -88,24 +95,32 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
   return {median(f), median(b), median(o)};
 }
 
-// The step's matmuls alone (fp32): per layer qkv, attproj, fc, fcproj; then the
-// classifier. Returns seconds for one step's worth (best of `reps`).
-double time_gemms(const GPT2Config& cfg, int N, int reps) {
+// The step's matmuls alone, through the same backend ops in storage type E: per layer
+// qkv, attproj, fc, fcproj; then the classifier. Returns seconds for one step's worth
+// (best of `reps`). The inputs are zeros: GEMM time does not depend on the values.
+template <typename E>
+double time_gemms(Backend& be, const GPT2Config& cfg, int N, int reps) {
   const int C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size;
   struct Shape {
     int C, OC, count;
   };
   const Shape shapes[] = {{C, 3 * C, L}, {C, C, L}, {C, 4 * C, L}, {4 * C, C, L}, {C, Vp, 1}};
+  const Device dev = be.device();
+  Ops<E>& op = be.ops<E>();
   double total = 0;
   for (const Shape& s : shapes) {
-    std::vector<float> inp(size_t(N) * s.C, 0.01f), w(size_t(s.OC) * s.C, 0.02f), bias(s.OC, 0.0f),
-        out(size_t(N) * s.OC), dinp(size_t(N) * s.C), dw(size_t(s.OC) * s.C), db(s.OC);
+    Buffer<E> inp(MemTag::workspace, size_t(N) * s.C, dev), w(MemTag::workspace, size_t(s.OC) * s.C, dev),
+        bias(MemTag::workspace, s.OC, dev), out(MemTag::workspace, size_t(N) * s.OC, dev),
+        dinp(MemTag::workspace, size_t(N) * s.C, dev), dw(MemTag::workspace, size_t(s.OC) * s.C, dev),
+        db(MemTag::workspace, s.OC, dev);
+    const bool has_bias = s.OC != Vp;
     double best = 1e30;
     for (int r = 0; r < reps + 1; ++r) {
       auto t0 = Clock::now();
-      matmul_forward(out.data(), inp.data(), w.data(), s.OC == Vp ? nullptr : bias.data(), N, s.C, s.OC);
-      matmul_backward(dinp.data(), dw.data(), s.OC == Vp ? nullptr : db.data(), out.data(), inp.data(), w.data(),
-                      N, s.C, s.OC);
+      op.matmul_forward(out.data(), inp.data(), w.data(), has_bias ? bias.data() : nullptr, N, s.C, s.OC);
+      op.matmul_backward(dinp.data(), dw.data(), has_bias ? db.data() : nullptr, out.data(), inp.data(), w.data(),
+                         N, s.C, s.OC);
+      be.synchronize();
       const double dt = seconds_since(t0);
       if (r > 0) best = std::min(best, dt);  // the first run warms caches and threads
     }
@@ -132,19 +147,22 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
 }
 
 int run_bench_step(int argc, char** argv) {
-  std::string preset = "d12", threads_s = "1,2", precisions_s = "fp32,bf16";
+  std::string preset = "d12", threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu";
   int B = 4, T = 64, warmup = 1, steps = 3;
   CLI::App app{
-      "Benchmark one training step on this CPU: forward + backward + AdamW of a model preset at\n"
-      "(--batch, --seq), for each thread count and precision. Prints a markdown table: median step\n"
+      "Benchmark one training step on the CPU or a GPU: forward + backward + AdamW of a model preset\n"
+      "at (--batch, --seq), for each thread count and precision. Prints a markdown table: median step\n"
       "time and its phases, tokens/s, the step's GFLOP/s (6 x params + 12 x L x C x T per token, as\n"
-      "llm.c counts), and the GFLOP/s of the step's fp32 matmuls run alone (Eigen GEMM) with their ratio.",
+      "llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend (Eigen\n"
+      "on the CPU, cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
+      "against the GEMM rate measured in the same run).",
       "ringzero bench-step"};
   app.add_option("--model", preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
   app.add_option("--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--seq", T, "sequence length T (at most the preset's maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
   app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
+  app.add_option("--device", device_s, "cpu, cuda or cuda:K")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   try {
@@ -152,6 +170,7 @@ int run_bench_step(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  const Device device = parse_device(device_s);
   const GPT2Config cfg = model_preset(preset);
   RZ_CHECK(T <= cfg.max_seq_len, "--seq %d exceeds the %s preset's maxT %d", T, preset.c_str(), cfg.max_seq_len);
   const std::vector<int> threads = parse_ints(threads_s, "--threads");
@@ -167,19 +186,20 @@ int run_bench_step(int argc, char** argv) {
   const double gemm_flops = 6.0 * tokens *
                             (12.0 * double(cfg.channels) * cfg.channels * cfg.num_layers +
                              double(cfg.channels) * cfg.padded_vocab_size);
-  std::printf("bench-step: %s (L=%d C=%d NH=%d V=%d, %.1fM params), B=%d T=%d, %d warmup + %d timed steps (median)\n",
-              preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, P / 1e6, B, T, warmup, steps);
+  std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params), B=%d T=%d, %d warmup + %d timed steps (median)\n",
+              device_name(device).c_str(), preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, P / 1e6, B, T, warmup, steps);
   std::printf("step FLOPs %.3g (6 x params x tokens + attention), of which matmuls %.3g\n\n", step_flops, gemm_flops);
   std::printf("| model | precision | threads | step ms | fwd ms | bwd ms | adamw ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int nt : threads) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
-    const double gemm_s = time_gemms(cfg, B * T, 3);
-    const double gemm_rate = gemm_flops / gemm_s / 1e9;
     for (Precision prec : precisions) {
-      GPT2 model(cfg, ModelOptions{prec, false});
+      GPT2 model(cfg, ModelOptions{prec, false, device});
       model.init_random(1);
+      const double gemm_s = prec == Precision::fp32 ? time_gemms<float>(model.backend(), cfg, B * T, 3)
+                                                    : time_gemms<bf16>(model.backend(), cfg, B * T, 3);
+      const double gemm_rate = gemm_flops / gemm_s / 1e9;
       const StepTimes st = time_steps(model, B, T, warmup, steps);
       const double rate = step_flops / st.total() / 1e9;
       std::printf("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", preset.c_str(),

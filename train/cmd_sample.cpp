@@ -48,7 +48,7 @@ int draw_token(const float* logits, int V, float temperature, int top_k, std::mt
 }
 
 int run_sample(int argc, char** argv) {
-  std::string model_path, tokenizer_spec = "byte", gpt2_dir, prompt, precision = "fp32";
+  std::string model_path, tokenizer_spec = "byte", gpt2_dir, prompt, precision = "fp32", device = "cpu";
   int n_tokens = 64, top_k = 0;
   float temperature = 1.0f;
   uint64_t seed = 1337;
@@ -69,6 +69,7 @@ int run_sample(int argc, char** argv) {
   app.add_option("--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or cuda:K")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,7 +82,7 @@ int run_sample(int argc, char** argv) {
   RZ_CHECK(tok->vocab_size() <= mf.cfg.vocab_size,
            "--tokenizer %s has %d tokens but the model %s only %d: they do not belong together",
            tokenizer_spec.c_str(), tok->vocab_size(), model_path.c_str(), mf.cfg.vocab_size);
-  GPT2 model(mf.cfg, ModelOptions{parse_precision(precision), false});
+  GPT2 model(mf.cfg, ModelOptions{parse_precision(precision), false, parse_device(device)});
   model.set_params_f32(mf.params.data());
 
   std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);

@@ -47,7 +47,7 @@ Row compare(const std::string& name, const float* ours, const float* ref, size_t
 }
 
 int run_verify(int argc, char** argv) {
-  std::string model_path, state_path, precision = "fp32";
+  std::string model_path, state_path, precision = "fp32", device = "cpu";
   double logits_atol = -1, loss_atol = -1, grads_atol = -1, rtol = -1;
   bool quiet = false;
   CLI::App app{
@@ -62,6 +62,7 @@ int run_verify(int argc, char** argv) {
   app.add_option("--model", model_path, "llm.c model file (version 3 fp32 or 5 bf16)")->required();
   app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or cuda:K")->capture_default_str();
   app.add_option("--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
   app.add_option("--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
   app.add_option("--grads-atol", grads_atol, "absolute tolerance for gradients (default by precision)");
@@ -86,7 +87,7 @@ int run_verify(int argc, char** argv) {
               model_path.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
               cfg.max_seq_len, precision_name(mf.precision), st.B, st.T, precision_name(prec));
 
-  GPT2 model(cfg, ModelOptions{prec, false});
+  GPT2 model(cfg, ModelOptions{prec, false, parse_device(device)});
   model.set_params_f32(mf.params.data());
   const float loss = model.forward(st.x.data(), st.y.data(), st.B, st.T);
   std::vector<float> logits_p, logits;
@@ -95,13 +96,10 @@ int run_verify(int argc, char** argv) {
   logits.resize(N * V);
   for (size_t n = 0; n < N; ++n)
     std::copy(logits_p.begin() + n * Vp, logits_p.begin() + n * Vp + V, logits.begin() + n * V);
-  FullGradSink sink(model.layout().total, prec);
+  FullGradSink sink(model.layout().total, prec, model.backend());
   model.backward(sink, 1.0f);
   std::vector<float> grads(model.layout().total);
-  if (bf)
-    for (size_t i = 0; i < grads.size(); ++i) grads[i] = bf16_to_float(static_cast<const bf16*>(sink.data())[i]);
-  else
-    std::copy_n(static_cast<const float*>(sink.data()), grads.size(), grads.begin());
+  sink.get_f32(grads.data());
 
   std::vector<Row> rows;
   rows.push_back(compare("logits", logits.data(), st.logits.data(), logits.size(), {logits_atol, rtol}));

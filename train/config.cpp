@@ -18,6 +18,7 @@
 #include <variant>
 
 #include "base/check.h"
+#include "kernels/backend.h"
 
 namespace rz {
 namespace {
@@ -41,7 +42,7 @@ const KeyDef kKeys[] = {
   {"max_seq", &TrainConfig::max_seq, "longest sequence maxT, rows of wpe (0: the preset's)"},
   {"init", &TrainConfig::init, "llm.c model checkpoint (.bin) to start from instead of random init"},
   {"precision", &TrainConfig::precision, "fp32 or bf16"},
-  {"device", &TrainConfig::device, "cpu (the CUDA backend cannot train yet)"},
+  {"device", &TrainConfig::device, "cpu, cuda or cuda:K (GPU K; one rank per job on GPUs for now)"},
   {"threads", &TrainConfig::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
   {"data", &TrainConfig::data, "training shards: a glob or comma-separated list of llm.c .bin files"},
   {"val_data", &TrainConfig::val_data, "validation shards (empty: no validation)"},
@@ -240,11 +241,7 @@ void validate_config(const TrainConfig& c) {
   auto non_negative = [](const char* key, double v) {
     RZ_CHECK(v >= 0, "%s: expected a value >= 0, found %g", key, v);
   };
-  RZ_CHECK(c.device == "cpu" || c.device == "cuda", "device: expected cpu or cuda, found '%s'",
-           c.device.c_str());
-  RZ_CHECK(c.device != "cuda",
-           "device: the CUDA backend cannot train yet; use --device cpu (GPU kernels are tested by "
-           "`ringzero verify`)");
+  parse_device(c.device);  // throws naming the value
   RZ_CHECK(c.precision == "fp32" || c.precision == "bf16", "precision: expected fp32 or bf16, found '%s'",
            c.precision.c_str());
   RZ_CHECK(c.strategy == "ddp" || c.strategy == "zero1" || c.strategy == "zero2",

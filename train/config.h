@@ -26,7 +26,7 @@ struct TrainConfig {
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
   std::string precision = "fp32"; // fp32 | bf16
-  std::string device = "cpu";     // cpu (the CUDA backend cannot train yet)
+  std::string device = "cpu";     // cpu, cuda or cuda:K
   int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
 
   // --- data

@@ -96,6 +96,7 @@ class Trainer {
   std::unique_ptr<Tokenizer> tok_;
   GPT2Config mcfg_;
   Precision precision_ = Precision::fp32;
+  Device device_;
   std::unique_ptr<GPT2> model_;
   std::unique_ptr<Strategy> strategy_;
   StrategyOptions sopts_;
@@ -112,6 +113,12 @@ void Trainer::setup() {
   world_ = env_.world_size;
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   precision_ = parse_precision(cfg_.precision);
+  device_ = parse_device(cfg_.device);
+  RZ_CHECK(device_.is_cpu() || world_ == 1,
+           "device %s: GPU training runs one rank per job in this build (GPU ranks need the "
+           "device-memory ring, not built yet); found %d ranks",
+           device_name(device_).c_str(), world_);
+  if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
   RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
 
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
@@ -154,7 +161,7 @@ void Trainer::setup() {
   copts.timeout_s = cfg_.comm_timeout;
   comm_ = connect_communicator(env_, copts);
 
-  model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, false});
+  model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, false, device_});
   if (init) model_->set_params_f32(init->params.data());
   else model_->init_random(cfg_.seed);
   sopts_.kind = parse_strategy(cfg_.strategy);

@@ -90,10 +90,13 @@ int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
   return need;
 }
 
-PaddedGradBuffer::PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes)
-    : plan_(plan), elem_bytes_(elem_bytes), data_(MemTag::grads, plan.padded_total * elem_bytes) {}
+PaddedGradBuffer::PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes, Backend& be)
+    : plan_(plan),
+      elem_bytes_(elem_bytes),
+      be_(be),
+      data_(MemTag::grads, plan.padded_total * elem_bytes, be.device()) {}
 
-void PaddedGradBuffer::zero() { std::memset(data_.data(), 0, data_.bytes()); }
+void PaddedGradBuffer::zero() { be_.zero(data_.data(), data_.bytes()); }
 
 unsigned char* PaddedGradBuffer::at(size_t offset, size_t count) {
   RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/memory.h"
+#include "kernels/backend.h"
 #include "model/layout.h"
 
 namespace rz {
@@ -70,7 +71,8 @@ BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t
 // padding stays zero, ready to hand to a collective as it is.
 class PaddedGradBuffer {
  public:
-  PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes);
+  // Allocated on the backend's device; zero() goes through the backend too.
+  PaddedGradBuffer(const BucketPlan& plan, size_t elem_bytes, Backend& be);
   void zero();  // start a new accumulation window
   // Storage of layout range [offset, offset + count), which lies inside one tensor.
   unsigned char* at(size_t offset, size_t count);
@@ -80,6 +82,7 @@ class PaddedGradBuffer {
  private:
   const BucketPlan& plan_;
   size_t elem_bytes_;
+  Backend& be_;
   Buffer<unsigned char> data_;  // (padded_total) elements
 };
 

@@ -6,45 +6,32 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "kernels/cpu/global_norm.h"
 
 namespace rz {
 
-double shard_sum_squares(const void* x, size_t n, DType dtype) {
+double shard_sum_squares(Backend& be, const void* x, size_t n, DType dtype) {
   if (n == 0) return 0.0;
-  auto block = [&](size_t lo, size_t hi) {
-    return dtype == DType::f32 ? sum_squares(static_cast<const float*>(x) + lo, hi - lo)
-                               : sum_squares(static_cast<const bf16*>(x) + lo, hi - lo);
-  };
-  const size_t nblocks = (n + kSumBlock - 1) / kSumBlock;
-  if (nblocks == 1) return block(0, n);
-  std::vector<double> sums(nblocks);
-#pragma omp parallel for schedule(static)
-  for (long long b = 0; b < static_cast<long long>(nblocks); ++b) {
-    size_t lo = static_cast<size_t>(b) * kSumBlock;
-    sums[b] = block(lo, std::min(n, lo + kSumBlock));
-  }
-  double s = 0.0;
-  for (double v : sums) s += v;
-  return s;
+  return dtype == DType::f32 ? be.sum_squares(static_cast<const float*>(x), n)
+                             : be.sum_squares(static_cast<const bf16*>(x), n);
 }
 
-std::vector<double> partials_from_full(const BucketPlan& plan, const void* padded_grads, DType dtype) {
+std::vector<double> partials_from_full(Backend& be, const BucketPlan& plan, const void* padded_grads,
+                                       DType dtype) {
   const size_t es = dtype_size(dtype);
   const unsigned char* base = static_cast<const unsigned char*>(padded_grads);
   std::vector<double> partial(plan.nranks, 0.0);
   for (int r = 0; r < plan.nranks; ++r)
     for (const Bucket& b : plan.buckets)
-      partial[r] += shard_sum_squares(base + (b.padded_offset + r * b.shard) * es, b.shard, dtype);
+      partial[r] += shard_sum_squares(be, base + (b.padded_offset + r * b.shard) * es, b.shard, dtype);
   return partial;
 }
 
-double partial_from_owned(const BucketPlan& plan, const void* owned, DType dtype) {
+double partial_from_owned(Backend& be, const BucketPlan& plan, const void* owned, DType dtype) {
   const size_t es = dtype_size(dtype);
   const unsigned char* base = static_cast<const unsigned char*>(owned);
   double partial = 0.0;
   for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b)
-    partial += shard_sum_squares(base + plan.owned_offset(b) * es, plan.buckets[b].shard, dtype);
+    partial += shard_sum_squares(be, base + plan.owned_offset(b) * es, plan.buckets[b].shard, dtype);
   return partial;
 }
 

@@ -1,6 +1,6 @@
 #include "zero/ddp.h"
 
-#include <cstring>
+#include <vector>
 
 #include "base/check.h"
 #include "zero/clip.h"
@@ -8,13 +8,16 @@
 namespace rz {
 
 DDPStrategy::DDPStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : StrategyCore(model, comm, opts), grads_(plan_, grad_bytes_) {
+    : StrategyCore(model, comm, opts), grads_(plan_, grad_bytes_, be_) {
+  const Device dev = model.device();
   if (precision_ == Precision::bf16) {
-    master_.allocate(MemTag::master, plan_.total);
-    model_.get_params_f32(master_.data());
+    master_.allocate(MemTag::master, plan_.total, dev);
+    std::vector<float> host(plan_.total);
+    model_.get_params_f32(host.data());
+    be_.copy_from_host(master_.data(), host.data(), plan_.total * sizeof(float));
   }
-  m_.allocate(MemTag::adam_m, plan_.total);
-  v_.allocate(MemTag::adam_v, plan_.total);
+  m_.allocate(MemTag::adam_m, plan_.total, dev);
+  v_.allocate(MemTag::adam_v, plan_.total, dev);
 }
 
 void DDPStrategy::begin_window() { grads_.zero(); }
@@ -32,7 +35,7 @@ StepStats DDPStrategy::step(float lr) {
            "step: called before the last micro-step's backward finished");
   wait_grad_work();
   // All N partials from the full averaged gradient, in the order the ZeRO ranks use.
-  double norm = norm_from_partials(partials_from_full(plan_, grads_.data(), grad_dtype_));
+  double norm = norm_from_partials(partials_from_full(be_, plan_, grads_.data(), grad_dtype_));
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
   unsigned char* params = static_cast<unsigned char*>(model_.params());
@@ -51,21 +54,25 @@ std::vector<std::pair<size_t, size_t>> DDPStrategy::owned_ranges() const {
 
 void DDPStrategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
                                       std::vector<float>& v) const {
+  const size_t bytes = plan_.total * sizeof(float);
   master.resize(plan_.total);
   if (master_.empty())
     model_.get_params_f32(master.data());
   else
-    std::memcpy(master.data(), master_.data(), plan_.total * sizeof(float));
-  m.assign(m_.data(), m_.data() + plan_.total);
-  v.assign(v_.data(), v_.data() + plan_.total);
+    be_.copy_to_host(master.data(), master_.data(), bytes);
+  m.resize(plan_.total);
+  v.resize(plan_.total);
+  be_.copy_to_host(m.data(), m_.data(), bytes);
+  be_.copy_to_host(v.data(), v_.data(), bytes);
 }
 
 void DDPStrategy::set_optimizer_state(const float* master_full, const float* m_full,
                                       const float* v_full, uint64_t step) {
+  const size_t bytes = plan_.total * sizeof(float);
   model_.set_params_f32(master_full);
-  if (!master_.empty()) std::memcpy(master_.data(), master_full, plan_.total * sizeof(float));
-  std::memcpy(m_.data(), m_full, plan_.total * sizeof(float));
-  std::memcpy(v_.data(), v_full, plan_.total * sizeof(float));
+  if (!master_.empty()) be_.copy_from_host(master_.data(), master_full, bytes);
+  be_.copy_from_host(m_.data(), m_full, bytes);
+  be_.copy_from_host(v_.data(), v_full, bytes);
   t_ = step;
 }
 

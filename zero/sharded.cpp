@@ -9,6 +9,11 @@ namespace rz {
 
 ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : StrategyCore(model, comm, opts) {
+  // The owned-shard bookkeeping below (ranges_to_owned, owned_to_ranges) and the ring's
+  // copies work on host memory; GPU ranks get them with the device-memory ring.
+  RZ_CHECK(model.device().is_cpu(),
+           "%s on %s: the sharded strategies run on CPU ranks only in this build; use ddp on a GPU",
+           strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
   if (precision_ == Precision::bf16) {
     master_.allocate(MemTag::master, owned);
@@ -21,7 +26,7 @@ ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const Strategy
 }
 
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {
-  double mine = partial_from_owned(plan_, owned_grads, gdt);
+  double mine = partial_from_owned(be_, plan_, owned_grads, gdt);
   double norm = norm_from_partials(all_gather_partials(comm_, mine));
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;

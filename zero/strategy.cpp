@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "base/check.h"
-#include "kernels/cpu/adamw.h"
 #include "base/bf16.h"
 #include "zero/ddp.h"
 #include "zero/strategy_core.h"
@@ -33,6 +32,7 @@ StrategyKind parse_strategy(const std::string& s) {
 
 StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : model_(model),
+      be_(model.backend()),
       comm_(comm),
       opts_(opts),
       layout_(model.layout()),
@@ -124,12 +124,12 @@ void StrategyCore::adamw(float* master, void* param, const void* grad, DType gra
   if (precision_ == Precision::fp32) {
     // fp32 mode: the params are the master weights.
     RZ_CHECK(grad_dtype == DType::f32, "adamw: fp32 params with %s gradients", dtype_name(grad_dtype));
-    adamw_update(static_cast<float*>(param), nullptr, m, v, static_cast<const float*>(grad), n, s);
+    be_.adamw_update(static_cast<float*>(param), nullptr, m, v, static_cast<const float*>(grad), n, s);
   } else if (grad_dtype == DType::bf16) {
-    adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const bf16*>(grad), n, s);
+    be_.adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const bf16*>(grad), n, s);
   } else {
     // zero2 in bf16 mode: the owned gradient shard is fp32.
-    adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const float*>(grad), n, s);
+    be_.adamw_update(static_cast<bf16*>(param), master, m, v, static_cast<const float*>(grad), n, s);
   }
 }
 

@@ -59,6 +59,7 @@ class StrategyCore : public Strategy, public GradSink {
   }
 
   GPT2& model_;
+  Backend& be_;        // the model's: gradients, shards and optimizer state live on its device
   Communicator& comm_;
   StrategyOptions opts_;
   const ParamLayout& layout_;

@@ -76,7 +76,7 @@ int Zero2Strategy::acquire_slot(int b) {
   sent_[slot] = false;
   lock.unlock();
   exposed_s_ += seconds_since(t0);
-  std::memset(slot_data(slot), 0, plan_.buckets[b].padded * grad_bytes_);
+  be_.zero(slot_data(slot), plan_.buckets[b].padded * grad_bytes_);
   return slot;
 }
 
@@ -110,16 +110,10 @@ void Zero2Strategy::submit_bucket(int b) {
   // gradient (copy on the first micro-step, so a single micro-step is bit-exact), then
   // give the buffer back.
   OnDone done = [this, slot, shard, owned, n = bk.shard, first, dt] {
-    if (dt == DType::f32) {
-      const float* s = reinterpret_cast<const float*>(shard);
-      if (first)
-        std::memcpy(owned, s, n * sizeof(float));
-      else
-        for (size_t i = 0; i < n; ++i) owned[i] += s[i];
-    } else {
-      const bf16* s = reinterpret_cast<const bf16*>(shard);
-      for (size_t i = 0; i < n; ++i) owned[i] = (first ? 0.0f : owned[i]) + bf16_to_float(s[i]);
-    }
+    if (dt == DType::f32)
+      be_.accumulate_f32(owned, reinterpret_cast<const float*>(shard), n, first);
+    else
+      be_.accumulate_f32(owned, reinterpret_cast<const bf16*>(shard), n, first);
     std::lock_guard<std::mutex> lock(mu_);
     busy_[slot] = false;
     sent_[slot] = false;

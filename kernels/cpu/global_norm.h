@@ -12,6 +12,11 @@
 
 namespace rz {
 
+// The CPU backend's sum_squares (kernels/backend.h) cuts a long range into blocks of this
+// many elements, sums each block with the functions below on its own thread, and adds the
+// block sums in block order.
+constexpr size_t kSumBlock = 1 << 16;
+
 double sum_squares(const float* x, size_t n);  // (n)
 double sum_squares(const bf16* x, size_t n);   // (n), widened to fp32, squared in fp64
 

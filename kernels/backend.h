@@ -1,0 +1,186 @@
+// kernels/backend.h: the op table. One interface, the same names and argument order on
+// every backend; the model (model/gpt2.cpp) and the strategies (zero/) call it and never
+// name a backend's kernels.
+//
+// Why a table and not a branch: a backend is "where the numbers live and who computes on
+// them". The CPU backend (kernels/cpu/cpu_backend.cpp) forwards each op to the templated
+// CPU kernels in kernels/cpu/*.h, which stay the reference; the CUDA backend
+// (kernels/cuda/cuda_backend.cu) launches its kernels on one compute stream. Adding a
+// backend is writing one more table; tests/test_backend_ops.cpp then holds every op of it
+// against the CPU backend (ggml's test-backend-ops is the model).
+//
+// Conventions, for every op:
+//   - Pointer arguments point into the backend's memory (Buffers allocated on device()),
+//     except where a comment says "host". Shapes are in the comments (legend: B batch,
+//     T time, C channels, OC output channels, NH heads, N rows = B*T, V vocab, Vp padded
+//     vocab). Argument order is the CPU kernels' order: outputs first.
+//   - Ops are queued in call order. On the CPU they run before the call returns; on a GPU
+//     they are asynchronous on the backend's compute stream, and only the ops that return
+//     a host value (sum_squares) or write host memory (copy_to_host) wait.
+//   - "accumulates" (+=) and "assigns" (=) are as in the CPU kernel's header.
+//
+// The model's ops come in two storage types E, float (fp32 mode) and bf16 (bf16 mode):
+// Ops<E> is that table, and backend.ops<E>() picks it. Per-row statistics (layernorm mean
+// and rstd, losses, lse) are fp32 in both. Optimizer and conversion ops mix types, so
+// they are overloads on Backend itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/bf16.h"
+#include "base/memory.h"
+#include "kernels/cpu/adamw.h"  // AdamWStep: the step description every backend takes
+
+namespace rz {
+
+template <typename E>
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+  virtual void encoder_forward(E* out,          // (B, T, C)
+                               const int* inp,  // (B, T) token ids in [0, Vp)
+                               const E* wte,    // (Vp, C)
+                               const E* wpe,    // (maxT, C)
+                               int B, int T, int C) = 0;
+  // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic: the same
+  // inputs give the same bits (no atomics in the order of arrival).
+  virtual void encoder_backward(E* dwte,         // (Vp, C) accumulated
+                                E* dwpe,         // (maxT, C) accumulated
+                                const E* dout,   // (B, T, C)
+                                const int* inp,  // (B, T)
+                                int B, int T, int C) = 0;
+
+  // out = (inp - mean) * rstd * weight + bias per row; mean and rstd saved for backward.
+  virtual void layernorm_forward(E* out, float* mean, float* rstd,  // (N, C), (N), (N)
+                                 const E* inp, const E* weight, const E* bias,  // (N, C), (C), (C)
+                                 int N, int C) = 0;
+  // dinp, dweight, dbias accumulate.
+  virtual void layernorm_backward(E* dinp, E* dweight, E* dbias,  // (N, C), (C), (C)
+                                  const E* dout, const E* inp, const E* weight,  // (N, C), (N, C), (C)
+                                  const float* mean, const float* rstd,  // (N), (N)
+                                  int N, int C) = 0;
+
+  // out = inp @ weight^T + bias (bias may be null); out is assigned.
+  virtual void matmul_forward(E* out,           // (N, OC)
+                              const E* inp,     // (N, C)
+                              const E* weight,  // (OC, C) row-major, as nn.Linear
+                              const E* bias,    // (OC) or null
+                              int N, int C, int OC) = 0;
+  // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dinp and dbias may
+  // be null). Deterministic (the bias sum has a fixed order).
+  virtual void matmul_backward(E* dinp,          // (N, C)
+                               E* dweight,       // (OC, C)
+                               E* dbias,         // (OC) or null
+                               const E* dout,    // (N, OC)
+                               const E* inp,     // (N, C)
+                               const E* weight,  // (OC, C)
+                               int N, int C, int OC) = 0;
+
+  // Causal self-attention over fused qkv (q, k, v of C each per position; head h uses
+  // columns h*hs .. (h+1)*hs, hs = C/NH). att keeps the softmax for backward.
+  virtual void attention_forward(E* out,        // (B, T, C)
+                                 E* att,        // (B, NH, T, T)
+                                 const E* qkv,  // (B, T, 3C)
+                                 int B, int T, int C, int NH) = 0;
+  // dqkv accumulates.
+  virtual void attention_backward(E* dqkv,        // (B, T, 3C)
+                                  const E* dout,  // (B, T, C)
+                                  const E* qkv,   // (B, T, 3C)
+                                  const E* att,   // (B, NH, T, T)
+                                  int B, int T, int C, int NH) = 0;
+
+  // GELU, tanh approximation. out may alias inp; dinp is assigned and may alias dout.
+  virtual void gelu_forward(E* out, const E* inp, size_t n) = 0;
+  virtual void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) = 0;
+
+  // out = a + b (n); out may alias either.
+  virtual void residual_forward(E* out, const E* a, const E* b, size_t n) = 0;
+
+  // losses[n] = lse[n] - logits[n, targets[n]] over the first V columns.
+  virtual void crossentropy_forward(float* losses,      // (N)
+                                    float* lse,         // (N) saved for backward
+                                    const E* logits,    // (N, Vp)
+                                    const int* targets, // (N)
+                                    int N, int V, int Vp) = 0;
+  // In place, fused with the classifier: logits <- (softmax - onehot) * dloss for v < V,
+  // 0 in the padded columns. No probability tensor is ever stored.
+  virtual void crossentropy_softmax_backward(E* logits_to_dlogits,  // (N, Vp)
+                                             const float* lse,      // (N)
+                                             const int* targets,    // (N)
+                                             float dloss, int N, int V, int Vp) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;  // "cpu (N OpenMP threads)", "cuda:0 (NVIDIA H200)"
+
+  template <typename E>
+  Ops<E>& ops();
+
+  // --- memory: bytes; dst/src in this backend's memory unless named "host".
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;  // waits
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // may not overlap
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;  // wait for every queued op
+
+  // --- conversions (CPU argument order: out, in). out may not alias in.
+  virtual void f32_to_bf16(bf16* out, const float* in, size_t n) = 0;  // round to nearest even
+  virtual void bf16_to_f32(float* out, const bf16* in, size_t n) = 0;  // exact
+
+  // --- gradient shards and clipping
+  // dst = (assign ? 0 : dst) + src, in fp32: folds a reduced gradient shard into the fp32
+  // owned gradient (zero2). dst (n) fp32, src (n).
+  virtual void accumulate_f32(float* dst, const float* src, size_t n, bool assign) = 0;
+  virtual void accumulate_f32(float* dst, const bf16* src, size_t n, bool assign) = 0;
+  // Sum of squares in fp64, bitwise reproducible for the same (x, n) on one backend
+  // (fixed blocks, fixed order, independent of thread count); returns to the host.
+  virtual double sum_squares(const float* x, size_t n) = 0;
+  virtual double sum_squares(const bf16* x, size_t n) = 0;
+
+  // --- AdamW (kernels/cpu/adamw.h has the formula). The three storage cases:
+  // fp32 params are their own master (master null); bf16 params keep an fp32 master and
+  // take bf16 or fp32 gradients. params, master, m, v, grads: (n) each.
+  virtual void adamw_update(float* params, float* master, float* m, float* v, const float* grads,
+                            size_t n, const AdamWStep& s) = 0;
+  virtual void adamw_update(bf16* params, float* master, float* m, float* v, const bf16* grads,
+                            size_t n, const AdamWStep& s) = 0;
+  virtual void adamw_update(bf16* params, float* master, float* m, float* v, const float* grads,
+                            size_t n, const AdamWStep& s) = 0;
+
+ protected:
+  Backend(std::unique_ptr<Ops<float>> f32, std::unique_ptr<Ops<bf16>> b16)
+      : f32_(std::move(f32)), bf16_(std::move(b16)) {}
+
+ private:
+  std::unique_ptr<Ops<float>> f32_;
+  std::unique_ptr<Ops<bf16>> bf16_;
+};
+
+template <>
+inline Ops<float>& Backend::ops<float>() { return *f32_; }
+template <>
+inline Ops<bf16>& Backend::ops<bf16>() { return *bf16_; }
+
+// "cpu", "cuda" (= cuda:0) or "cuda:K". Throws rz::Error naming the value.
+Device parse_device(const std::string& s);
+
+// The backend for a device. For cuda it fails with one line naming the cause: a build
+// without the CUDA backend, no driver, no device, or an index past the device count.
+std::unique_ptr<Backend> make_backend(Device dev);
+
+// The process's CPU backend (stateless; shared by everyone who needs host compute).
+Backend& cpu_backend();
+
+// True when this build includes the CUDA backend (RINGZERO_CUDA).
+bool cuda_backend_built();
+
+}  // namespace rz
