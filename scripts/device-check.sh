@@ -82,7 +82,7 @@ if [ $BUILT = 1 ]; then
 fi
 
 # --- 3. ringzero's step benchmark on the GPU
-BENCH=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --warmup 2 --steps 5)
+BENCH=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --threads 8 --warmup 2 --steps 5)
 if [ $BUILT = 1 ]; then
   run_step "ringzero bench-step B=16" 150 bench-b16.log "$BUILD/ringzero" "${BENCH[@]}" --batch 16
   if [ "$(elapsed)" -lt 300 ]; then

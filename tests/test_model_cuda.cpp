@@ -4,19 +4,28 @@
 // AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical.
 // Gradients are compared per tensor by relative norm, ||gpu - cpu|| / ||cpu||, with a
 // bound by precision (fp32 arithmetic lands far below 1e-4; bf16 near 1e-2), plus an
-// element-wise check that nothing is NaN (an unwritten gradient). Skipped (exit 77)
-// without a CUDA backend or a GPU.
+// element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
+// --device cuda` on llm.c files from the fp64 reference. Skipped (exit 77) without a CUDA
+// backend or a GPU.
 #define CATCH_CONFIG_RUNNER
 #include "tests/gpu_test_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "model/grad_sink.h"
+#include "tests/test_model_reference.h"
 
 using namespace rz;
 using namespace rz::test;
+namespace fs = std::filesystem;
 
 int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_model_cuda"); }
 
@@ -154,4 +163,92 @@ TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]")
     }
     CHECK(a.back() < a.front() + 1.0f);  // training, not diverging
   }
+}
+
+// `ringzero verify --device cuda` on llm.c files written byte by byte from the naive fp64
+// GPT-2 of test_model_reference.h (as test_model_verify does for the CPU): must pass in
+// fp32 and bf16, and fail once a gradient element is perturbed.
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+};
+RunResult run_ringzero(const std::string& args) {
+  const std::string cmd = "timeout 120 " + std::string(RINGZERO_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+}
+
+template <typename X>
+void put(std::ofstream& f, const std::vector<X>& v) {
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(X)));
+}
+
+}  // namespace
+
+TEST_CASE("ringzero verify --device cuda passes against the fp64 reference", "[model][gpu][verify]") {
+  const fs::path dir = fs::temp_directory_path() / ("rz_verify_cuda_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const reftest::RefConfig rc{2, 8, 2, 11, 64, 8};  // L, C, NH, V, Vp, maxT
+  const int B = 2, T = 5;
+  reftest::RefOffsets o(rc);
+  std::mt19937_64 g(17);
+  std::normal_distribution<double> d(0.0, 0.3);
+  std::vector<double> p(o.total);
+  for (double& x : p) x = double(float(d(g)));
+  for (size_t i = 0; i < size_t(rc.L) * rc.C; ++i) {
+    p[o.ln1w + i] = double(float(1 + 0.1 * d(g)));
+    p[o.ln2w + i] = double(float(1 + 0.1 * d(g)));
+  }
+  for (size_t i = size_t(rc.V) * rc.C; i < size_t(rc.Vp) * rc.C; ++i) p[o.wte + i] = 0;  // padded rows
+  std::vector<int> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = int(g() % rc.V);
+    y[i] = int(g() % rc.V);
+  }
+  std::vector<double> logits;
+  const double loss = reftest::ref_forward(rc, p, x.data(), y.data(), B, T, &logits);
+  std::vector<double> grads = reftest::ref_grads_fd(rc, p, x.data(), y.data(), B, T);
+  const std::string model = (dir / "model.bin").string(), state = (dir / "state.bin").string(),
+                    wrong = (dir / "wrong.bin").string();
+  {
+    std::ofstream f(model, std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240326, h[1] = 3, h[2] = rc.maxT, h[3] = rc.V, h[4] = rc.L, h[5] = rc.NH, h[6] = rc.C, h[7] = rc.Vp;
+    put(f, h);
+    put(f, std::vector<float>(p.begin(), p.end()));
+  }
+  auto write_state = [&](const std::string& path, const std::vector<double>& gr) {
+    std::ofstream f(path, std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240327, h[1] = 2, h[2] = B, h[3] = T;
+    put(f, h);
+    put(f, x);
+    put(f, y);
+    put(f, std::vector<float>(logits.begin(), logits.end()));
+    put(f, std::vector<float>{float(loss)});
+    put(f, std::vector<float>(gr.begin(), gr.end()));
+  };
+  write_state(state, grads);
+  grads[o.wpe + 3] += 0.5;
+  write_state(wrong, grads);
+
+  const std::string files = "--device cuda --model " + model + " --state ";
+  for (const char* prec : {"fp32", "bf16"}) {
+    const RunResult r = run_ringzero("verify " + files + state + " --precision " + prec);
+    INFO(prec << ":\n" << r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("verify: OK") != std::string::npos);
+  }
+  const RunResult w = run_ringzero("verify " + files + wrong);
+  INFO(w.output);
+  CHECK(w.status != 0);
+  fs::remove_all(dir);
 }
