@@ -129,7 +129,11 @@ TEMPLATE_TEST_CASE("attention forward and backward", "[ops]", float, bf16) {
     DevBuf<E> d_dout(dout), d_dqkv(dqkv), c_att(att);  // both read the CPU's att
     cpu().ops<E>().attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
     gpu().ops<E>().attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_att.ptr(), B, T, C, NH);
-    compare("attention_backward dqkv", d_dqkv.host(), dqkv, tol<E>());
+    // In bf16 the CPU reference rounds dk and dv after every one of up to T additions
+    // (the GPU sums in fp32 and rounds once), so the reference itself strays by about
+    // sqrt(T) half-ulps: a wider absolute bar, still far below what a wrong index gives.
+    const Tol t = std::is_same_v<E, bf16> ? Tol{6e-2, 2e-2} : tol<E>();
+    compare("attention_backward dqkv", d_dqkv.host(), dqkv, t);
   }
 }
 
