@@ -74,7 +74,8 @@ void delete_gemm_algo_cache(GemmAlgoCache* cache) { delete cache; }
 void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int n, int k, const void* A,
           long long lda, long long strideA, const void* B, long long ldb, long long strideB, cudaDataType_t ab,
           void* D, long long ldd, long long strideD, cudaDataType_t d, int batch, float alpha, float beta) {
-  if (m == 0 || n == 0 || batch == 0) return;
+  if (m == 0 || n == 0 || batch == 0 || (k == 0 && beta == 1.0f)) return;  // nothing to add
+  RZ_CHECK(k > 0, "gemm: an empty inner dimension (k = 0) with beta = %g", double(beta));
   cublasLtMatmulDesc_t op = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasLtMatmulPreference_t pref = nullptr;
