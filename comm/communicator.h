@@ -79,7 +79,9 @@ class Communicator {
 
   // In place: buf holds count elements on entry and the reduction on exit.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;
-  // in: count elements; out: shard_of(count, N, rank()).count elements. in != out.
+  // in: count elements; out: shard_of(count, N, rank()).count elements, either apart from
+  // in or exactly in's own chunk (in + shard_of(count, N, rank()).offset elements): an
+  // in-place ReduceScatter, which zero2 uses so a staging bucket needs no extra room.
   virtual void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) = 0;
   // shard: this rank's shard_of(count, N, rank()).count elements; out: count elements.
   // shard may alias out + shard offset (in-place AllGather).

@@ -141,6 +141,9 @@ class Backend {
   // owned gradient (zero2). dst (n) fp32, src (n).
   virtual void accumulate_f32(float* dst, const float* src, size_t n, bool assign) = 0;
   virtual void accumulate_f32(float* dst, const bf16* src, size_t n, bool assign) = 0;
+  // dst = round_bf16((assign ? 0 : dst) + src), added in fp32: the owned gradient kept in
+  // bf16 (zero2's default in bf16 mode). dst, src (n) bf16.
+  virtual void accumulate_bf16(bf16* dst, const bf16* src, size_t n, bool assign) = 0;
   // Sum of squares in fp64, bitwise reproducible for the same (x, n) on one backend
   // (fixed blocks, fixed order, independent of thread count); returns to the host.
   virtual double sum_squares(const float* x, size_t n) = 0;

@@ -16,7 +16,8 @@
 // Backward walks the layers in reverse with one residual-gradient buffer dres: it enters
 // a block as d(res3), becomes d(res2) after ln2's backward adds its part, and leaves as
 // d(input) after ln1's. Each tensor's gradient storage comes from sink.grad_ptr, and the
-// sink hears grads_ready for lnf, then each layer, then wpe+wte (see grad_sink.h).
+// sink hears grads_ready right after each op that finishes a (weight, bias) pair: lnf,
+// then per layer fcproj, fc, ln2, attproj, qkv, ln1, then wpe+wte (model/layout.h).
 #include "model/gpt2.h"
 
 #include <cmath>
@@ -134,6 +135,7 @@ struct GPT2::Impl {
   GPT2Config cfg;
   ModelOptions opts;
   ParamLayout layout;
+  std::vector<std::pair<size_t, size_t>> ready_ranges;  // grad_ready_ranges(layout)
   std::unique_ptr<Backend> backend;
   Buffer<unsigned char> params;  // layout.total elements of E, on the backend's device
   Buffer<unsigned char> acts;    // carved by carve_acts for (capB, capT), same device
@@ -237,6 +239,14 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
   Ops<E>& op = be.ops<E>();
   auto zero = [&be](E* p, size_t n) { be.zero(p, n * sizeof(E)); };
 
+  // Gradients are reported final op by op, in the units of grad_ready_ranges().
+  const std::vector<std::pair<size_t, size_t>>& ready = ready_ranges;
+  size_t next_ready = 0;
+  auto report_ready = [&] {
+    sink.grads_ready(ready[next_ready].first, ready[next_ready].second);
+    ++next_ready;
+  };
+
   sink.begin_backward();
   // The tied classifier: dwte is requested now and written again by the encoder at the end.
   E* dwte = grad<E>(sink, ParamKind::wte);
@@ -248,8 +258,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
   zero(a.dres, N * C);
   op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::lnfw), grad<E>(sink, ParamKind::lnfb), a.dln,
                      a.layers[L - 1].res3, param<E>(ParamKind::lnfw), a.lnf_mean, a.lnf_rstd, int(N), C);
-  const ParamTensor& lnfb = layout.find(ParamKind::lnfb);
-  sink.grads_ready(0, lnfb.offset + lnfb.numel);
+  report_ready();  // lnf
 
   for (int l = L - 1; l >= 0; --l) {
     LayerActs<E>& la = a.layers[l];
@@ -263,31 +272,35 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     zero(a.dfch, N * 4 * C);
     op.matmul_backward(a.dfch, grad<E>(sink, ParamKind::fcprojw, l), grad<E>(sink, ParamKind::fcprojb, l),
                     a.dres, gelu_out, param<E>(ParamKind::fcprojw, l), int(N), 4 * C, C);
+    report_ready();  // fcproj
     op.gelu_backward(a.dfch, la.fch, a.dfch, N * 4 * C);
     zero(a.dln, N * C);
     op.matmul_backward(a.dln, grad<E>(sink, ParamKind::fcw, l), grad<E>(sink, ParamKind::fcb, l), a.dfch,
                     la.ln2, param<E>(ParamKind::fcw, l), int(N), C, 4 * C);
+    report_ready();  // fc
     op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln2w, l), grad<E>(sink, ParamKind::ln2b, l),
                        a.dln, la.res2, param<E>(ParamKind::ln2w, l), la.ln2_mean, la.ln2_rstd, int(N), C);
+    report_ready();  // ln2
     // Attention: dres now holds d(res2), which is also d(attproj output).
     zero(a.datty, N * C);
     op.matmul_backward(a.datty, grad<E>(sink, ParamKind::attprojw, l),
                     grad<E>(sink, ParamKind::attprojb, l), a.dres, la.atty,
                     param<E>(ParamKind::attprojw, l), int(N), C, C);
+    report_ready();  // attproj
     zero(a.dqkv, N * 3 * C);
     op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
     zero(a.dln, N * C);
     op.matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
                     la.ln1, param<E>(ParamKind::qkvw, l), int(N), C, 3 * C);
+    report_ready();  // qkv
     op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln1w, l), grad<E>(sink, ParamKind::ln1b, l),
                        a.dln, res_in, param<E>(ParamKind::ln1w, l), la.ln1_mean, la.ln1_rstd, int(N), C);
-    const ParamTensor& first = layout.find(ParamKind::fcprojw, l);
-    const ParamTensor& last = layout.find(ParamKind::ln1b, l);
-    sink.grads_ready(first.offset, last.offset + last.numel);
+    report_ready();  // ln1
   }
 
   op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, a.inputs, B, T, C);
-  sink.grads_ready(layout.find(ParamKind::wpe).offset, layout.total);
+  report_ready();  // wpe and wte
+  RZ_ENFORCE_EQ(next_ready, ready.size());
   sink.end_backward();
 }
 
@@ -296,6 +309,7 @@ GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_un
   finalize_config(impl_->cfg);
   impl_->opts = opts;
   impl_->layout = build_param_layout(impl_->cfg);
+  impl_->ready_ranges = grad_ready_ranges(impl_->layout);
   impl_->backend = make_backend(opts.device);
   impl_->params.allocate(MemTag::params, impl_->layout.total * precision_bytes(opts.precision),
                          opts.device);

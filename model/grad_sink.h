@@ -28,8 +28,9 @@ class GradSink {
   virtual void* grad_ptr(size_t offset, size_t count) = 0;
 
   // Gradients of layout range [begin, end) are final for this backward. Called in layout
-  // order with consecutive ranges that cover [0, layout.total) exactly once per backward:
-  // lnf first, then each layer L-1 .. 0, then the embeddings.
+  // order with consecutive ranges that cover [0, layout.total) exactly once per backward,
+  // one (weight, bias) pair at a time, right after the op that finished it:
+  // grad_ready_ranges(layout) in model/layout.h.
   virtual void grads_ready(size_t begin, size_t end) = 0;
 
   // Once at the end of each backward, after the last grads_ready.

@@ -56,6 +56,14 @@ ParamLayout build_param_layout(const GPT2Config& cfg) {
   return lay;
 }
 
+std::vector<std::pair<size_t, size_t>> grad_ready_ranges(const ParamLayout& layout) {
+  const std::vector<ParamTensor>& t = layout.tensors;
+  RZ_CHECK(t.size() % 2 == 0, "parameter layout: %zu tensors do not pair up", t.size());
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t i = 0; i < t.size(); i += 2) out.emplace_back(t[i].offset, t[i + 1].offset + t[i + 1].numel);
+  return out;
+}
+
 size_t num_parameters(const GPT2Config& cfg) { return build_param_layout(cfg).total; }
 
 }  // namespace rz

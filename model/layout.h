@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -43,6 +44,15 @@ struct ParamLayout {
 };
 
 ParamLayout build_param_layout(const GPT2Config& cfg);
+
+// The units in which backward reports gradients final (GradSink::grads_ready), in order.
+// Every op that produces parameter gradients produces exactly two consecutive tensors of
+// the layout -- a (weight, bias) pair of a matmul or layernorm, or at the end (wpe, wte),
+// which the encoder backward finishes together -- so the units are tensors (2i, 2i+1):
+// lnf, then per layer fcproj, fc, ln2, attproj, qkv, ln1, then the embeddings. A pair's
+// gradient is final right after its op's backward; the strategies size their staging
+// pools from these units (zero/buckets.h min_buckets_in_flight).
+std::vector<std::pair<size_t, size_t>> grad_ready_ranges(const ParamLayout& layout);
 
 // Number of parameters as GPT-2 counts them (with Vp rows of wte): layout.total.
 size_t num_parameters(const GPT2Config& cfg);

@@ -223,12 +223,14 @@ TEST_CASE("backward honours the GradSink contract with non-adjacent staging buff
     CHECK(st.ended);
     CHECK(st.wte_before_first_ready);
     const ParamLayout& lay = model.layout();
-    REQUIRE(st.ready.size() == size_t(cfg.num_layers) + 2);
+    // One report per (weight, bias) pair, right after its op: lnf, 6 per layer, embeddings.
+    REQUIRE(st.ready.size() == 6 * size_t(cfg.num_layers) + 2);
+    CHECK(st.ready == grad_ready_ranges(lay));
     CHECK(st.ready.front() == std::make_pair(size_t(0), size_t(2 * cfg.channels)));  // lnf first
     CHECK(st.ready.back() == std::make_pair(lay.find(ParamKind::wpe).offset, lay.total));
-    for (int l = cfg.num_layers - 1, k = 1; l >= 0; --l, ++k) {
+    for (int l = cfg.num_layers - 1, k = 1; l >= 0; --l, k += 6) {
       CHECK(st.ready[k].first == lay.find(ParamKind::fcprojw, l).offset);
-      CHECK(st.ready[k].second == lay.find(ParamKind::ln1b, l).offset + size_t(cfg.channels));
+      CHECK(st.ready[k + 5].second == lay.find(ParamKind::ln1b, l).offset + size_t(cfg.channels));
     }
     std::vector<float> staged(lay.total, 0.0f);
     for (const auto& [off, vals] : st.staged)

@@ -196,10 +196,9 @@ TEST_CASE("zero2 gradient memory equals the formula and is smaller than ddp's") 
       CHECK(grads_peak[k] == want.grads);
       CHECK(staging[k] == want.staging);
     }
-    // ddp holds P gradients in the model's precision; zero2 P/N in fp32.
-    const double pb = static_cast<double>(precision_bytes(prec));
+    // ddp holds P gradients in the model's precision; zero2 P/N, also in the model's precision.
     double ratio = double(grads_peak[StrategyKind::ddp]) / double(grads_peak[StrategyKind::zero2]);
-    CHECK(ratio == Approx(N * pb / 4.0).epsilon(1e-9));
+    CHECK(ratio == Approx(N).epsilon(1e-9));
     // The reserved wte bucket is part of the honest cost.
     CHECK(staging[StrategyKind::zero2] >= plan.buckets.back().padded * precision_bytes(prec));
   }

@@ -69,6 +69,7 @@ const KeyDef kKeys[] = {
   {"comm_timeout", &TrainConfig::comm_timeout, "seconds a collective may wait for a peer before failing"},
   {"bucket_mb", &TrainConfig::bucket_mb, "gradient bucket size in MiB"},
   {"buckets_in_flight", &TrainConfig::buckets_in_flight, "zero2: staging buckets reduce-scattering at once"},
+  {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
   {"save_dir", &TrainConfig::save_dir, "directory for step_NNNNNNNN checkpoints (empty: none)"},
   {"save_every", &TrainConfig::save_every, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, "keep the newest N complete checkpoints (0: all)"},

@@ -59,6 +59,7 @@ struct TrainConfig {
   double comm_timeout = 300.0;    // seconds any collective may wait for a peer
   double bucket_mb = 25.0;        // gradient bucket size in MiB
   int buckets_in_flight = 2;      // zero2: staging buckets reduce-scattering at once
+  bool grad_shard_fp32 = false;   // zero2 in bf16: owned gradient shard in fp32 instead of bf16
 
   // --- checkpoints
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none

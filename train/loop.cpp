@@ -167,6 +167,7 @@ void Trainer::setup() {
   sopts_.kind = parse_strategy(cfg_.strategy);
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
+  sopts_.grad_shard_fp32 = cfg_.grad_shard_fp32;
   sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
   sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
   strategy_ = make_strategy(*model_, *comm_, sopts_);

@@ -71,21 +71,14 @@ std::pair<size_t, size_t> BucketPlan::owned_layout_range(int b, int rank) const 
 }
 
 int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan) {
+  // While backward writes one unit (grad_ready_ranges), every unit before it is reported
+  // ready, so the only buckets it can hold open are the ones that unit touches.
   const int last = static_cast<int>(plan.buckets.size()) - 1;
   int need = 1;
-  size_t i = 0;
-  while (i < layout.tensors.size()) {
-    // A group: consecutive tensors of the same layer (lnf, wpe and wte have layer -1 but
-    // are separated by the layers, so they form their own groups).
-    size_t j = i;
-    while (j < layout.tensors.size() && layout.tensors[j].layer == layout.tensors[i].layer) ++j;
-    const ParamTensor& lo = layout.tensors[i];
-    const ParamTensor& hi = layout.tensors[j - 1];
-    int b0 = plan.bucket_of(lo.offset);
-    int b1 = plan.bucket_of(hi.offset + hi.numel - 1);
-    int touched = std::min(b1, last - 1) - b0 + 1;  // general-pool buckets only
-    need = std::max(need, touched);
-    i = j;
+  for (auto [begin, end] : grad_ready_ranges(layout)) {
+    int b0 = plan.bucket_of(begin);
+    int b1 = plan.bucket_of(end - 1);
+    need = std::max(need, std::min(b1, last - 1) - b0 + 1);  // general-pool buckets only
   }
   return need;
 }

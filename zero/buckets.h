@@ -86,8 +86,8 @@ class PaddedGradBuffer {
   Buffer<unsigned char> data_;  // (padded_total) elements
 };
 
-// zero2 needs a staging buffer for every bucket that one backward "group" (lnf, one layer,
-// the embeddings: the units backward reports with grads_ready) writes before it is ready.
+// zero2 needs a staging buffer for every bucket that one backward unit (a (weight, bias)
+// pair: grad_ready_ranges in model/layout.h) writes before it is ready.
 // Returns the largest number of such buckets, not counting the last bucket (which holds
 // wte and has its own reserved buffer): the smallest pool that cannot deadlock.
 int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "zero/zero2.h"
 
 namespace rz {
 
@@ -21,27 +22,22 @@ PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) 
   return f;
 }
 
-PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks) {
+PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks, bool grad_shard_fp32) {
   PerParamBytes f = paper_formula(kind, precision, nranks);
-  if (kind == StrategyKind::zero2) f.grads = 4.0 / nranks;  // fp32 owned gradient shard
+  if (kind == StrategyKind::zero2 && grad_shard_fp32) f.grads = 4.0 / nranks;  // fp32 owned gradient shard
   return f;
 }
 
 size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight) {
   if (plan.buckets.empty()) return 0;
-  size_t max_other = 0;
-  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b)
-    max_other = std::max(max_other, plan.buckets[b].padded);
-  // Each staging buffer carries its bucket (padded) plus room for the reduce-scattered
-  // shard (padded / N) that the comm thread then adds into the fp32 owned shard.
-  const size_t n = static_cast<size_t>(plan.nranks);
-  const Bucket& last = plan.buckets.back();
-  return static_cast<size_t>(buckets_in_flight) * (max_other + max_other / n) +
-         (last.padded + last.padded / n);
+  // Each staging buffer holds one bucket (padded); the reduce-scatter is in place.
+  size_t elems = plan.buckets.back().padded;
+  for (size_t s : zero2_slot_elems(plan, buckets_in_flight)) elems += s;
+  return elems;
 }
 
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  int buckets_in_flight) {
+                                  int buckets_in_flight, bool grad_shard_fp32) {
   const size_t pb = precision_bytes(precision);
   const bool bf16 = precision == Precision::bf16;
   const size_t owned = plan.owned_numel();
@@ -60,7 +56,7 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
       e.adam_m = e.adam_v = owned * 4;
       break;
     case StrategyKind::zero2:
-      e.grads = owned * 4;
+      e.grads = owned * (grad_shard_fp32 ? 4 : pb);
       e.master = bf16 ? owned * 4 : 0;
       e.adam_m = e.adam_v = owned * 4;
       e.staging = zero2_staging_elems(plan, buckets_in_flight) * pb;

@@ -12,13 +12,14 @@
 //     zero1   4 + 4   + 8/N
 //     zero2   4 + 4/N + 8/N
 //
-// ringzero's zero2 keeps its owned gradient shard in fp32 (it accumulates across micro-
-// steps there), so in bf16 mode its gradient term is 4/N, not the paper's 2/N; and it
-// holds staging buckets for the gradients in flight: --buckets-in-flight buffers of the
-// largest bucket plus one reserved for the bucket holding wte (tied: its gradient is
-// started by the classifier at the top of backward and finished by the embedding at the
-// very end, so that bucket is staged for the whole backward). paper_formula() gives the
-// paper's numbers; ringzero_formula() what ringzero allocates.
+// ringzero's zero2 keeps its owned gradient shard in the model's precision, as the paper
+// counts it (with StrategyOptions::grad_shard_fp32 in fp32: 4/N instead of 2/N in bf16
+// mode, for exact accumulation over micro-steps); and it holds staging buckets for the
+// gradients in flight: --buckets-in-flight buffers of the largest bucket plus one reserved
+// for the bucket holding wte (tied: its gradient is started by the classifier at the top
+// of backward and finished by the embedding at the very end, so that bucket is staged for
+// the whole backward). paper_formula() gives the paper's numbers; ringzero_formula() what
+// ringzero allocates.
 #pragma once
 
 #include <cstddef>
@@ -37,14 +38,15 @@ struct PerParamBytes {
 
 // The ZeRO paper's accounting (zero2 gradient shard in the model's precision).
 PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks);
-// What ringzero allocates, ignoring padding (zero2 gradient shard in fp32).
-PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks);
+// What ringzero allocates, ignoring padding and staging.
+PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks,
+                               bool grad_shard_fp32 = false);
 
 // Exact bytes ringzero allocates per tag on one rank for a bucket plan (padding included).
 // These are the numbers the measured report must equal.
 struct ExactStateBytes {
   size_t params = 0;   // MemTag::params (owned by the model)
-  size_t grads = 0;    // MemTag::grads: full padded buffer (ddp, zero1) or fp32 owned shard (zero2)
+  size_t grads = 0;    // MemTag::grads: full padded buffer (ddp, zero1) or owned shard (zero2)
   size_t master = 0;   // MemTag::master: fp32 master weights (bf16 mode only)
   size_t adam_m = 0;   // MemTag::adam_m
   size_t adam_v = 0;   // MemTag::adam_v
@@ -52,10 +54,10 @@ struct ExactStateBytes {
   size_t total() const { return params + grads + master + adam_m + adam_v + staging; }
 };
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  int buckets_in_flight);
+                                  int buckets_in_flight, bool grad_shard_fp32 = false);
 
-// zero2's staging pool in elements: buckets_in_flight x (largest bucket other than the
-// last) + the last bucket (the one holding wte), each padded.
+// zero2's staging pool in elements: the buckets_in_flight largest buckets other than the
+// last + the last bucket (the one holding wte), each padded (zero2_slot_elems).
 size_t zero2_staging_elems(const BucketPlan& plan, int buckets_in_flight);
 
 }  // namespace rz

@@ -32,11 +32,11 @@ MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const S
   rep.pool_size = opts.kind == StrategyKind::zero2 ? zero2_pool_size(layout, plan, opts.buckets_in_flight) : 0;
   if (opts.kind == StrategyKind::zero2) {
     const Bucket& last = plan.buckets.back();
-    rep.wte_bucket_bytes = (last.padded + last.padded / rep.nranks) * precision_bytes(rep.precision);
+    rep.wte_bucket_bytes = last.padded * precision_bytes(rep.precision);
   }
-  rep.formula = ringzero_formula(opts.kind, rep.precision, rep.nranks);
+  rep.formula = ringzero_formula(opts.kind, rep.precision, rep.nranks, opts.grad_shard_fp32);
   rep.paper = paper_formula(opts.kind, rep.precision, rep.nranks);
-  rep.expected = exact_state_bytes(plan, opts.kind, rep.precision, rep.pool_size);
+  rep.expected = exact_state_bytes(plan, opts.kind, rep.precision, rep.pool_size, opts.grad_shard_fp32);
 
   // 17 uint64 per rank, as 34 fp32 words.
   constexpr size_t kWords = sizeof(RankMemoryCounters) / sizeof(float);

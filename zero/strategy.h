@@ -3,7 +3,7 @@
 //   strategy  grads kept on a rank             optimizer state   collectives per step
 //   ddp       full buffer                      full              AllReduce(avg) per bucket during backward
 //   zero1     full buffer                      owned shard       ReduceScatter per bucket (last micro-step), AllGather params
-//   zero2     staging buckets + fp32 shard     owned shard       ReduceScatter per bucket during backward, AllGather params
+//   zero2     staging buckets + owned shard    owned shard       ReduceScatter per bucket during backward, AllGather params
 //
 // The training loop drives every strategy the same way:
 //   for micro in 0..accum-1:  model.forward(...); model.backward(strategy.begin_micro_step(micro, accum), 1/accum);
@@ -39,6 +39,8 @@ struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   double bucket_mb = 25.0;     // bucket capacity in MiB of gradients (PyTorch DDP's default)
   int buckets_in_flight = 2;   // zero2: size of the staging pool
+  bool grad_shard_fp32 = false;  // zero2, bf16 mode: keep the owned gradient shard in fp32
+                                 // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
   AdamWConfig adamw;
   float grad_clip = 1.0f;      // clip the global norm to this; <= 0 disables clipping
 };

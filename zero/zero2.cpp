@@ -11,28 +11,36 @@
 namespace rz {
 
 int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested) {
-  if (plan.buckets.size() <= 1) return 0;
-  return std::max(requested, min_buckets_in_flight(layout, plan));
+  // Never more general buffers than there are buckets to stage in them.
+  const int general = static_cast<int>(plan.buckets.size()) - 1;
+  if (general <= 0) return 0;
+  return std::min(general, std::max(requested, min_buckets_in_flight(layout, plan)));
+}
+
+std::vector<size_t> zero2_slot_elems(const BucketPlan& plan, int pool_size) {
+  std::vector<size_t> sizes;
+  for (size_t b = 0; b + 1 < plan.buckets.size(); ++b) sizes.push_back(plan.buckets[b].padded);
+  std::sort(sizes.begin(), sizes.end(), std::greater<size_t>());
+  sizes.resize(std::min(sizes.size(), static_cast<size_t>(std::max(pool_size, 0))));
+  return sizes;
 }
 
 Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : ShardedStrategy(model, comm, opts) {
   pool_size_ = zero2_pool_size(layout_, plan_, opts.buckets_in_flight);
-  const size_t n = static_cast<size_t>(nranks_);
-  size_t max_other = 0;
-  for (size_t b = 0; b + 1 < plan_.buckets.size(); ++b)
-    max_other = std::max(max_other, plan_.buckets[b].padded);
+  slot_elems_ = zero2_slot_elems(plan_, pool_size_);
   const Bucket& last = plan_.buckets.back();
+  const Device dev = model.device();
   staging_.resize(pool_size_ + 1);
-  for (int s = 0; s < pool_size_; ++s)
-    staging_[s].allocate(MemTag::comm, (max_other + max_other / n) * grad_bytes_);
-  staging_[pool_size_].allocate(MemTag::comm, (last.padded + last.padded / n) * grad_bytes_);
+  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, slot_elems_[s] * grad_bytes_, dev);
+  staging_[pool_size_].allocate(MemTag::comm, last.padded * grad_bytes_, dev);
   RZ_ENFORCE_EQ(staging_bytes(), zero2_staging_elems(plan_, pool_size_) * grad_bytes_);
   busy_.assign(pool_size_ + 1, false);
   sent_.assign(pool_size_ + 1, false);
   for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
   slot_of_.assign(plan_.buckets.size(), -1);
-  owned_grads_.allocate(MemTag::grads, plan_.owned_numel());
+  owned_dtype_ = opts.grad_shard_fp32 ? DType::f32 : grad_dtype_;
+  owned_grads_.allocate(MemTag::grads, plan_.owned_numel() * dtype_size(owned_dtype_), dev);
 }
 
 size_t Zero2Strategy::staging_bytes() const {
@@ -47,14 +55,22 @@ int Zero2Strategy::acquire_slot(int b) {
   const bool reserved = b == static_cast<int>(plan_.buckets.size()) - 1;
   auto t0 = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  auto available = [&] { return reserved ? !busy_[pool_size_] : !free_.empty(); };
+  const size_t need = plan_.buckets[b].padded;
+  // Best fit: the smallest free general buffer that holds the bucket (free_ position), or -1.
+  auto best_fit = [&] {
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(free_.size()); ++i)
+      if (slot_elems_[free_[i]] >= need && (best < 0 || slot_elems_[free_[i]] < slot_elems_[free_[best]]))
+        best = i;
+    return best;
+  };
+  auto available = [&] { return reserved ? !busy_[pool_size_] : best_fit() >= 0; };
   while (!available()) {
-    // Waiting only makes sense for buffers whose reduce-scatter is queued: the comm
-    // thread will release them. Otherwise every buffer belongs to a bucket that backward
-    // has not finished yet, and waiting would never end.
-    bool any_sent = reserved ? static_cast<bool>(sent_[pool_size_])
-                             : std::any_of(sent_.begin(), sent_.begin() + pool_size_,
-                                           [](bool s) { return s; });
+    // Waiting only makes sense for buffers that fit and whose reduce-scatter is queued: the
+    // comm thread will release them. Otherwise every such buffer belongs to a bucket that
+    // backward has not finished yet, and waiting would never end.
+    bool any_sent = reserved ? static_cast<bool>(sent_[pool_size_]) : false;
+    for (int s = 0; !reserved && s < pool_size_; ++s) any_sent = any_sent || (sent_[s] && slot_elems_[s] >= need);
     RZ_CHECK(any_sent,
              "zero2: all %d staging buckets hold unfinished gradients when bucket %d needs one; "
              "raise --buckets-in-flight",
@@ -69,8 +85,9 @@ int Zero2Strategy::acquire_slot(int b) {
   }
   int slot = pool_size_;
   if (!reserved) {
-    slot = free_.back();
-    free_.pop_back();
+    const int i = best_fit();
+    slot = free_[i];
+    free_.erase(free_.begin() + i);
   }
   busy_[slot] = true;
   sent_[slot] = false;
@@ -98,22 +115,25 @@ void Zero2Strategy::submit_bucket(int b) {
   slot_of_[b] = -2;
   const Bucket& bk = plan_.buckets[b];
   unsigned char* in = slot_data(slot);
-  unsigned char* shard = in + bk.padded * grad_bytes_;
-  float* owned = owned_grads_.data() + plan_.owned_offset(b);
+  // In place: the reduced shard replaces this rank's own chunk of the bucket.
+  unsigned char* shard = in + static_cast<size_t>(rank_) * bk.shard * grad_bytes_;
+  unsigned char* owned = owned_grads_.data() + plan_.owned_offset(b) * dtype_size(owned_dtype_);
   const bool first = micro_ == 0;
-  const DType dt = grad_dtype_;
+  const DType dt = grad_dtype_, odt = owned_dtype_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     sent_[slot] = true;
   }
-  // Runs on the comm thread once the shard is reduced: fold it into the fp32 owned
-  // gradient (copy on the first micro-step, so a single micro-step is bit-exact), then
-  // give the buffer back.
-  OnDone done = [this, slot, shard, owned, n = bk.shard, first, dt] {
-    if (dt == DType::f32)
-      be_.accumulate_f32(owned, reinterpret_cast<const float*>(shard), n, first);
+  // Runs on the comm thread once the shard is reduced: fold it into the owned gradient
+  // (copy on the first micro-step, so a single micro-step is bit-exact), then give the
+  // buffer back.
+  OnDone done = [this, slot, shard, owned, n = bk.shard, first, dt, odt] {
+    if (odt == DType::bf16)
+      be_.accumulate_bf16(reinterpret_cast<bf16*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
+    else if (dt == DType::f32)
+      be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const float*>(shard), n, first);
     else
-      be_.accumulate_f32(owned, reinterpret_cast<const bf16*>(shard), n, first);
+      be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
     std::lock_guard<std::mutex> lock(mu_);
     busy_[slot] = false;
     sent_[slot] = false;
@@ -127,7 +147,7 @@ StepStats Zero2Strategy::step(float lr) {
   RZ_CHECK(micro_ == accum_ - 1 && ready_upto_ == plan_.total,
            "step: called before the last micro-step's backward finished");
   wait_grad_work();
-  return step_owned(owned_grads_.data(), DType::f32, lr);
+  return step_owned(owned_grads_.data(), owned_dtype_, lr);
 }
 
 }  // namespace rz

@@ -1,20 +1,24 @@
 // zero/zero2.h: ZeRO stage 2 -- gradients and optimizer states sharded.
 //
 // There is no full gradient buffer. Backward writes into staging buffers (MemTag::comm):
-//   general pool  K = --buckets-in-flight buffers, each the size of the largest bucket
-//                 other than the last (padded) plus room for its reduce-scattered shard;
+//   general pool  K = --buckets-in-flight buffers, sized like the K largest buckets other
+//                 than the last (padded; see zero2_slot_elems);
 //   reserved      one buffer for the last bucket, the one holding wte. wte is tied: the
 //                 classifier writes its gradient at the very start of backward and the
 //                 token embedding finishes it at the very end, so that bucket is staged
 //                 for the whole backward. Giving it its own buffer keeps the general pool
 //                 free for the layers (with one shared pool of K, K = 1 would deadlock).
 // grad_ptr() gives a bucket a zeroed buffer on its first use; when grads_ready completes
-// the bucket it is reduce_scatter_async(avg)'d on the comm thread, and the OnDone callback
-// (still on the comm thread) copies (first micro-step) or adds (later ones) the shard into
-// the fp32 owned gradient (MemTag::grads) and returns the buffer to the pool. A grad_ptr
-// that finds the pool empty waits for a release (that time is "exposed" communication);
-// K is raised to the number of buckets one layer spans when it is smaller, since those
-// are all written before any of them is ready. step() waits for the last shard, then
+// the bucket it is reduce_scatter_async(avg)'d IN PLACE on the comm thread (the reduced
+// shard lands in the buffer's own chunk r, so a staging buffer needs no extra room), and
+// the OnDone callback (still on the comm thread) copies (first micro-step) or adds (later
+// ones) the shard into the owned gradient (MemTag::grads) and returns the buffer to the
+// pool. The owned gradient is in the model's precision, as the ZeRO paper counts it
+// (2 + 2/N + 12/N bytes/param in bf16); StrategyOptions::grad_shard_fp32 keeps it in fp32
+// instead, for exact accumulation over many micro-steps. A grad_ptr that finds the pool
+// empty waits for a release (that time is "exposed" communication); K is raised to the
+// number of buckets one backward unit (a weight and its bias) spans when it is smaller,
+// since those are written before either is ready. step() waits for the last shard, then
 // runs the shared sharded optimizer (zero/sharded.h).
 #pragma once
 
@@ -26,9 +30,15 @@
 
 namespace rz {
 
-// The general pool size zero2 uses for a plan: max(requested, buckets one layer spans),
+// The general pool size zero2 uses for a plan: max(requested, buckets one unit spans),
 // or 0 when the whole model is one bucket (the reserved buffer then holds it).
 int zero2_pool_size(const ParamLayout& layout, const BucketPlan& plan, int requested);
+
+// The general buffers' sizes (elements): the pool_size largest buckets other than the last,
+// largest first. A bucket takes the smallest free buffer that holds it. So the pool never
+// holds more than the gradients it stages (zero2 <= zero1 in memory), and the two buckets
+// one backward unit can hold open always fit at once (the larger in the largest buffer).
+std::vector<size_t> zero2_slot_elems(const BucketPlan& plan, int pool_size);
 
 class Zero2Strategy final : public ShardedStrategy {
  public:
@@ -50,9 +60,11 @@ class Zero2Strategy final : public ShardedStrategy {
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }
 
   int pool_size_ = 0;                         // general buffers; index pool_size_ is the reserved one
-  std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) x (bucket + shard) model precision
+  std::vector<size_t> slot_elems_;            // (pool_size_) general buffer sizes, largest first
+  std::vector<Buffer<unsigned char>> staging_;  // (pool_size_ + 1) x bucket, model precision
   std::vector<int> slot_of_;                  // per bucket in this backward: slot, -1 none, -2 sent
-  Buffer<float> owned_grads_;                 // (owned_numel) fp32, MemTag::grads
+  DType owned_dtype_;                         // the model's precision, or f32 (grad_shard_fp32)
+  Buffer<unsigned char> owned_grads_;         // (owned_numel) owned_dtype_, MemTag::grads
 
   std::mutex mu_;                 // guards free_, busy_ (the comm thread releases)
   std::condition_variable released_;

@@ -118,6 +118,12 @@ class CpuBackend final : public Backend {
   void accumulate_f32(float* dst, const bf16* src, size_t n, bool assign) override {
     for (size_t i = 0; i < n; ++i) dst[i] = (assign ? 0.0f : dst[i]) + bf16_to_float(src[i]);
   }
+  void accumulate_bf16(bf16* dst, const bf16* src, size_t n, bool assign) override {
+    if (assign)
+      copy(dst, src, n * sizeof(bf16));
+    else
+      for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(bf16_to_float(dst[i]) + bf16_to_float(src[i]));
+  }
   double sum_squares(const float* x, size_t n) override { return blocked_sum_squares(x, n); }
   double sum_squares(const bf16* x, size_t n) override { return blocked_sum_squares(x, n); }
 
