@@ -243,7 +243,7 @@ TEST_CASE("memory ops: copy, zero, copy_to_host", "[ops]") {
   REQUIRE(MemoryTracker::global().current(MemTag::workspace, DeviceKind::cuda) >= fresh.bytes());
 }
 
-TEST_CASE("accumulate_f32 from fp32 and bf16, assign and add", "[ops]") {
+TEST_CASE("accumulate_f32 from fp32 and bf16, accumulate_bf16, assign and add", "[ops]") {
   std::mt19937 rng(9);
   const size_t n = 70001;
   auto dst0 = random_vec<float>(n, rng);
@@ -261,6 +261,17 @@ TEST_CASE("accumulate_f32 from fp32 and bf16, assign and add", "[ops]") {
     gpu().accumulate_f32(db.ptr(), s16.ptr(), n, assign);
     REQUIRE(da.host() == a);  // one fp32 addition: exact on both
     REQUIRE(db.host() == b);
+
+    // bf16 into bf16: one fp32 addition, one rounding: bitwise on both.
+    std::vector<bf16> c(n);
+    for (size_t i = 0; i < n; ++i) c[i] = float_to_bf16(dst0[i]);
+    DevBuf<bf16> dc(c);
+    cpu().accumulate_bf16(c.data(), src16.data(), n, assign);
+    gpu().accumulate_bf16(dc.ptr(), s16.ptr(), n, assign);
+    auto got = dc.host();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) mismatches += got[i].bits != c[i].bits;
+    REQUIRE(mismatches == 0);
   }
 }
 

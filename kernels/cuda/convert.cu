@@ -1,4 +1,4 @@
-// kernels/cuda/convert.cu: fp32 <-> bf16 and fp32 accumulation of gradient shards.
+// kernels/cuda/convert.cu: fp32 <-> bf16 and the accumulation of gradient shards.
 // Rounding is round-to-nearest-even with NaN kept quiet (common.cuh's round_to_bf16),
 // bit for bit what base/bf16.h does on the CPU.
 #include "kernels/cuda/launchers.cuh"
@@ -23,7 +23,18 @@ __global__ void accumulate_f32_kernel(float* dst, const S* src, size_t n, bool a
   RZ_GRID_STRIDE(i, n) dst[i] = (assign ? 0.0f : dst[i]) + load(src[i]);
 }
 
+// dst (n) bf16 = src (assign), or round(dst + src) added in fp32 (src (n) bf16)
+__global__ void accumulate_bf16_kernel(bf16_t* dst, const bf16_t* src, size_t n, bool assign) {
+  RZ_GRID_STRIDE(i, n) dst[i] = assign ? src[i] : round_to_bf16(load(dst[i]) + load(src[i]));
+}
+
 }  // namespace
+
+void accumulate_bf16(bf16_t* dst, const bf16_t* src, size_t n, bool assign, cudaStream_t s) {
+  if (n == 0) return;
+  accumulate_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n, assign);
+  CUDA_CHECK_LAUNCH("accumulate_bf16_kernel", s);
+}
 
 void f32_to_bf16(bf16_t* out, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;

@@ -333,6 +333,11 @@ class CudaBackend final : public Backend {
     cuda::accumulate_f32(dst, dev(src), n, assign, ctx_->stream);
   }
 
+  void accumulate_bf16(bf16* dst, const bf16* src, size_t n, bool assign) override {
+    ctx_->bind();
+    cuda::accumulate_bf16(dev(dst), dev(src), n, assign, ctx_->stream);
+  }
+
   double sum_squares(const float* x, size_t n) override { return sum_squares_of(x, n); }
   double sum_squares(const bf16* x, size_t n) override { return sum_squares_of(dev(x), n); }
 

@@ -115,6 +115,8 @@ void bf16_to_f32(float* out, const bf16_t* in, size_t n, cudaStream_t s);
 // dst = (assign ? 0 : dst) + src in fp32; S float or bf16_t.
 template <typename S>
 void accumulate_f32(float* dst, const S* src, size_t n, bool assign, cudaStream_t s);
+// dst = round_bf16((assign ? 0 : dst) + src), added in fp32.
+void accumulate_bf16(bf16_t* dst, const bf16_t* src, size_t n, bool assign, cudaStream_t s);
 
 // --- norm.cu: sum of squares in fixed chunks of kSumChunk elements, one fp64 partial per
 // chunk (partials has sum_squares_chunks(n) entries); the caller adds them in order.
