@@ -1,55 +1,61 @@
-// fp32 <-> bf16 conversion on the GPU. Rounding is round-to-nearest-even with NaN kept
-// quiet, bit for bit what base/bf16.h does on the CPU (the test checks every class of
-// input: ties, NaN, infinities, subnormals).
-#include <cstring>
-
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_kernels.h"
+// kernels/cuda/convert.cu: fp32 <-> bf16 and the accumulation of gradient shards.
+// Rounding is round-to-nearest-even with NaN kept quiet (common.cuh's round_to_bf16),
+// bit for bit what base/bf16.h does on the CPU.
+#include "kernels/cuda/launchers.cuh"
 
 namespace rz::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-__device__ inline uint16_t round_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
+// out (n) bf16 <- in (n) fp32
+__global__ void f32_to_bf16_kernel(bf16_t* out, const float* in, size_t n) {
+  RZ_GRID_STRIDE(i, n) out[i] = round_to_bf16(in[i]);
 }
 
-// in (n) fp32 -> out (n) bf16 bits
-__global__ void f32_to_bf16_kernel(const float* in, uint16_t* out, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = round_to_bf16(in[i]);
+// out (n) fp32 <- in (n) bf16 (exact)
+__global__ void bf16_to_f32_kernel(float* out, const bf16_t* in, size_t n) {
+  RZ_GRID_STRIDE(i, n) out[i] = load(in[i]);
 }
 
-// in (n) bf16 bits -> out (n) fp32
-__global__ void bf16_to_f32_kernel(const uint16_t* in, float* out, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+// dst (n) fp32 = (assign ? 0 : dst) + src (n)
+template <typename S>
+__global__ void accumulate_f32_kernel(float* dst, const S* src, size_t n, bool assign) {
+  RZ_GRID_STRIDE(i, n) dst[i] = (assign ? 0.0f : dst[i]) + load(src[i]);
 }
 
-unsigned grid_for(size_t n) {
-  size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks == 0 ? 1 : blocks) : 65535);
+// dst (n) bf16 = src (assign), or round(dst + src) added in fp32 (src (n) bf16)
+__global__ void accumulate_bf16_kernel(bf16_t* dst, const bf16_t* src, size_t n, bool assign) {
+  RZ_GRID_STRIDE(i, n) dst[i] = assign ? src[i] : round_to_bf16(load(dst[i]) + load(src[i]));
 }
 
 }  // namespace
 
-void f32_to_bf16(const float* in, bf16* out, size_t n, void* stream) {
+void accumulate_bf16(bf16_t* dst, const bf16_t* src, size_t n, bool assign, cudaStream_t s) {
   if (n == 0) return;
-  f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      in, reinterpret_cast<uint16_t*>(out), n);
-  CUDA_CHECK_LAUNCH();
+  accumulate_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(dst, src, n, assign);
+  CUDA_CHECK_LAUNCH("accumulate_bf16_kernel", s);
 }
 
-void bf16_to_f32(const bf16* in, float* out, size_t n, void* stream) {
+void f32_to_bf16(bf16_t* out, const float* in, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const uint16_t*>(in), out, n);
-  CUDA_CHECK_LAUNCH();
+  f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(out, in, n);
+  CUDA_CHECK_LAUNCH("f32_to_bf16_kernel", s);
 }
+
+void bf16_to_f32(float* out, const bf16_t* in, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, s>>>(out, in, n);
+  CUDA_CHECK_LAUNCH("bf16_to_f32_kernel", s);
+}
+
+template <typename S>
+void accumulate_f32(float* dst, const S* src, size_t n, bool assign, cudaStream_t s) {
+  if (n == 0) return;
+  accumulate_f32_kernel<S><<<grid_for(n), kThreads, 0, s>>>(dst, src, n, assign);
+  CUDA_CHECK_LAUNCH("accumulate_f32_kernel", s);
+}
+
+template void accumulate_f32<float>(float*, const float*, size_t, bool, cudaStream_t);
+template void accumulate_f32<bf16_t>(float*, const bf16_t*, size_t, bool, cudaStream_t);
 
 }  // namespace rz::cuda

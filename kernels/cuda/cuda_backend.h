@@ -12,4 +12,8 @@ namespace rz {
 // line naming the cause when there is no driver, no device, or no device `index`.
 std::unique_ptr<Backend> make_cuda_backend(int index);
 
+// GPUs visible to this process; 0 when there is no driver or no device (never throws).
+// The GPU tests ask it whether to run or to skip.
+int cuda_device_count();
+
 }  // namespace rz

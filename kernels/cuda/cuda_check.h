@@ -1,7 +1,9 @@
-// kernels/cuda/cuda_check.h: the CUDA check macros. A failing runtime call becomes an
-// rz::Error naming the statement, file:line and CUDA's own error string.
+// kernels/cuda/cuda_check.h: the CUDA check macros. A failing runtime or cuBLASLt call
+// becomes an rz::Error naming the statement, file:line and the library's own error string;
+// a failing kernel launch names the kernel.
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "base/check.h"
@@ -14,5 +16,19 @@
                               cudaGetErrorString(rz_err_)));                                  \
   } while (0)
 
-// After a kernel launch: launch-configuration errors surface here.
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+#define CUBLAS_CHECK(expr)                                                                    \
+  do {                                                                                        \
+    cublasStatus_t rz_st_ = (expr);                                                           \
+    if (rz_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      ::rz::fail(::rz::strfmt("%s:%d: %s failed: %s", __FILE__, __LINE__, #expr,              \
+                              cublasLtGetStatusString(rz_st_)));                              \
+  } while (0)
+
+namespace rz::cuda {
+// After a kernel launch: launch-configuration errors surface here, named after the
+// kernel. With RINGZERO_CUDA_SYNC=1 in the environment it also waits for the kernel, so an
+// error inside it (a bad address) is reported against the kernel that caused it.
+void check_launch(const char* kernel, cudaStream_t stream, const char* file, int line);
+}  // namespace rz::cuda
+
+#define CUDA_CHECK_LAUNCH(kernel, stream) ::rz::cuda::check_launch(kernel, stream, __FILE__, __LINE__)

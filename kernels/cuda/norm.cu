@@ -1,71 +1,50 @@
-// Sum of squares on the GPU (the global gradient norm's building block). Each block
-// reduces its grid-stride slice in fp64 through shared memory and writes one partial;
-// the host adds the partials in block order. The order differs from the CPU twin's
-// sequential sum, so the two agree to rounding, not bitwise.
-#include <vector>
-
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_kernels.h"
+// kernels/cuda/norm.cu: sum of squares for the global gradient norm (twin of
+// kernels/cpu/global_norm.cpp). Deterministic by construction: the range is cut into
+// fixed chunks of kSumChunk elements, one block per chunk; thread j adds elements j,
+// j + blockDim, ... of its chunk in fp64, and the block's threads are added in a fixed
+// tree. The caller adds the chunks' partials in chunk order. Nothing depends on the number
+// of SMs or on launch timing, so the same (x, n) gives the same bits on every run; the
+// order differs from the CPU's, so the two agree to rounding, not bitwise.
+#include "kernels/cuda/launchers.cuh"
 
 namespace rz::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 1024;
+constexpr int kSumThreads = 256;
 
-__device__ inline double load_sq(const float* p, size_t i) {
-  double x = p[i];
-  return x * x;
-}
-__device__ inline double load_sq(const uint16_t* p, size_t i) {
-  double x = __uint_as_float(static_cast<uint32_t>(p[i]) << 16);
-  return x * x;
-}
-
-// x (n) T -> partials (gridDim.x) fp64
-template <typename T>
-__global__ void sum_of_squares_kernel(const T* x, size_t n, double* partials) {
-  __shared__ double shared[kThreads];
+// x (n) -> partials (ceil(n / kSumChunk)) fp64
+template <typename S>
+__global__ void sum_squares_kernel(double* partials, const S* x, size_t n) {
+  __shared__ double shared[kSumThreads];
+  const size_t lo = size_t(blockIdx.x) * kSumChunk;
+  const size_t hi = lo + kSumChunk < n ? lo + kSumChunk : n;
   double acc = 0.0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    acc += load_sq(x, i);
+  for (size_t i = lo + threadIdx.x; i < hi; i += kSumThreads) {
+    const double d = load(x[i]);
+    acc += d * d;
+  }
   shared[threadIdx.x] = acc;
   __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+  for (int stride = kSumThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
   if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
 }
 
-template <typename T>
-double sum_of_squares(const T* x, size_t n, void* stream) {
-  if (n == 0) return 0.0;
-  size_t want = (n + kThreads - 1) / kThreads;
-  int blocks = static_cast<int>(want < kMaxBlocks ? want : kMaxBlocks);
-  double* partials = static_cast<double*>(device_alloc(sizeof(double) * blocks));
-  auto s = static_cast<cudaStream_t>(stream);
-  sum_of_squares_kernel<T><<<blocks, kThreads, 0, s>>>(x, n, partials);
-  std::vector<double> host(static_cast<size_t>(blocks));
-  cudaError_t launch = cudaGetLastError();
-  cudaError_t copy = launch == cudaSuccess
-                         ? cudaMemcpyAsync(host.data(), partials, sizeof(double) * blocks, cudaMemcpyDeviceToHost, s)
-                         : launch;
-  cudaError_t sync = copy == cudaSuccess ? cudaStreamSynchronize(s) : copy;
-  device_free(partials);
-  CUDA_CHECK(sync);
-  double total = 0.0;
-  for (double p : host) total += p;
-  return total;
-}
-
 }  // namespace
 
-double sum_of_squares_f32(const float* x, size_t n, void* stream) { return sum_of_squares(x, n, stream); }
-
-double sum_of_squares_bf16(const bf16* x, size_t n, void* stream) {
-  return sum_of_squares(reinterpret_cast<const uint16_t*>(x), n, stream);
+template <typename S>
+void sum_squares_partials(double* partials, const S* x, size_t n, cudaStream_t s) {
+  const size_t chunks = sum_squares_chunks(n);
+  if (chunks == 0) return;
+  RZ_CHECK(chunks <= 0x7fffffffu, "sum_squares: %zu elements is too many", n);
+  sum_squares_kernel<S><<<unsigned(chunks), kSumThreads, 0, s>>>(partials, x, n);
+  CUDA_CHECK_LAUNCH("sum_squares_kernel", s);
 }
+
+template void sum_squares_partials<float>(double*, const float*, size_t, cudaStream_t);
+template void sum_squares_partials<bf16_t>(double*, const bf16_t*, size_t, cudaStream_t);
 
 }  // namespace rz::cuda

@@ -1,0 +1,422 @@
+// kernels/cuda/cuda_backend.cu: CudaBackend, the op table on one GPU (the third of ggml's
+// three layers: kernel -> launcher -> this). It owns what the launchers borrow: one
+// compute stream (every op is queued on it in call order), the cuBLASLt handle and its
+// workspace, grow-only device scratch for ops that need temporaries, and pinned host
+// staging for the few ops that talk to the host (encoder_backward's token buckets,
+// sum_squares' partials, copy_to_host). Device memory for Buffers comes from cudaMalloc
+// through the DeviceAllocator registered with base/memory, zero-filled like host Buffers;
+// never managed memory.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cuda/launchers.cuh"
+
+namespace rz {
+
+namespace cuda {
+
+void check_launch(const char* kernel, cudaStream_t stream, const char* file, int line) {
+  cudaError_t err = cudaGetLastError();
+  static const bool sync_each = [] {
+    const char* v = std::getenv("RINGZERO_CUDA_SYNC");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (err == cudaSuccess && sync_each) err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) fail(strfmt("%s:%d: kernel %s failed: %s", file, line, kernel, cudaGetErrorString(err)));
+}
+
+}  // namespace cuda
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+namespace {
+
+using cuda::bf16_t;
+
+// rz's storage types to the kernels' device types (layout-compatible: 4 and 2 bytes).
+template <typename E>
+struct DeviceType {
+  using type = float;
+};
+template <>
+struct DeviceType<bf16> {
+  using type = bf16_t;
+};
+static_assert(sizeof(bf16) == sizeof(bf16_t));
+
+template <typename E>
+auto dev(E* p) {
+  return reinterpret_cast<typename DeviceType<std::remove_const_t<E>>::type*>(p);
+}
+template <typename E>
+auto dev(const E* p) {
+  return reinterpret_cast<const typename DeviceType<E>::type*>(p);
+}
+
+void* device_alloc(int index, size_t bytes) {
+  CUDA_CHECK(cudaSetDevice(index));
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail(strfmt("cuda:%d: out of device memory allocating %s (%s free of %s): %s", index,
+                format_bytes(double(bytes)).c_str(), format_bytes(double(free_bytes)).c_str(),
+                format_bytes(double(total_bytes)).c_str(), cudaGetErrorString(err)));
+  }
+  // Zero-filled like host Buffers. cudaMemset runs on the legacy default stream, which
+  // every op of the (blocking) compute stream waits for.
+  CUDA_CHECK(cudaMemset(p, 0, bytes));
+  return p;
+}
+
+void device_free(int index, void* p) {
+  // No throwing from destructors: a failure here is reported by the next checked call.
+  if (cudaSetDevice(index) == cudaSuccess) (void)cudaFree(p);
+}
+
+// Device memory that only grows (cudaFree synchronises the device, so no queued kernel
+// still uses the old block when it is replaced).
+class DeviceScratch {
+ public:
+  ~DeviceScratch() {
+    if (ptr_) (void)cudaFree(ptr_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (ptr_) CUDA_CHECK(cudaFree(ptr_));
+      ptr_ = nullptr;
+      bytes_ = 0;
+      CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Pinned host memory that only grows. Callers synchronise the stream before reusing it.
+class HostStaging {
+ public:
+  ~HostStaging() {
+    if (ptr_) (void)cudaFreeHost(ptr_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > bytes_) {
+      if (ptr_) CUDA_CHECK(cudaFreeHost(ptr_));
+      ptr_ = nullptr;
+      bytes_ = 0;
+      CUDA_CHECK(cudaMallocHost(&ptr_, bytes));
+      bytes_ = bytes;
+    }
+    return ptr_;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// What the ops of one GPU share. Every public op first makes `index` the calling
+// thread's current device (the comm thread calls accumulate_f32, for one).
+struct CudaContext {
+  int index = 0;
+  cudaStream_t stream = nullptr;
+  cuda::BlasLt lt;
+  enum Slot { kScratchA, kScratchB, kScratchInts, kScratchSums, kNumSlots };
+  DeviceScratch scratch[kNumSlots];
+  HostStaging staging_ints, staging_sums;
+
+  void bind() const { CUDA_CHECK(cudaSetDevice(index)); }
+  float* floats(Slot s, size_t n) { return static_cast<float*>(scratch[s].get(n * sizeof(float))); }
+  void sync() const { CUDA_CHECK(cudaStreamSynchronize(stream)); }
+};
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+template <typename E>
+class CudaOps final : public Ops<E> {
+ public:
+  explicit CudaOps(CudaContext* ctx) : ctx_(ctx) {}
+
+  void encoder_forward(E* out, const int* inp, const E* wte, const E* wpe, int B, int T, int C) override {
+    ctx_->bind();
+    cuda::encoder_forward(dev(out), inp, dev(wte), dev(wpe), B, T, C, ctx_->stream);
+  }
+
+  // dwte without atomics: the token ids come to the host, positions are grouped by token
+  // (ascending position within a token, so fp32 sums follow the CPU's order), and one
+  // block column per distinct token adds its positions.
+  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) override {
+    ctx_->bind();
+    const size_t BT = size_t(B) * T;
+    cuda::encoder_backward_wpe(dev(dwpe), dev(dout), B, T, C, ctx_->stream);
+    if (BT == 0) return;
+    // Wait for the stream first: the previous call's upload from the staging buffer must
+    // have finished before the buffer is reused (or replaced).
+    ctx_->sync();
+    int* host = static_cast<int*>(ctx_->staging_ints.get(sizeof(int) * (3 * BT + 1)));
+    int* tokens = host;              // (BT) the ids, then reused for bucket tokens
+    int* starts = host + BT;         // (nbuckets + 1)
+    int* positions = host + 2 * BT + 1;  // (BT)
+    CUDA_CHECK(cudaMemcpyAsync(tokens, inp, sizeof(int) * BT, cudaMemcpyDeviceToHost, ctx_->stream));
+    ctx_->sync();
+    std::iota(positions, positions + BT, 0);
+    std::stable_sort(positions, positions + BT, [&](int a, int b) { return tokens[a] < tokens[b]; });
+    int nbuckets = 0;
+    std::vector<int> bucket_tokens;
+    bucket_tokens.reserve(BT);
+    for (size_t j = 0; j < BT; ++j) {
+      if (j == 0 || tokens[positions[j]] != tokens[positions[j - 1]]) {
+        starts[nbuckets++] = int(j);
+        bucket_tokens.push_back(tokens[positions[j]]);
+      }
+    }
+    starts[nbuckets] = int(BT);
+    std::copy(bucket_tokens.begin(), bucket_tokens.end(), tokens);
+    int* d = static_cast<int*>(ctx_->scratch[CudaContext::kScratchInts].get(sizeof(int) * (3 * BT + 1)));
+    CUDA_CHECK(cudaMemcpyAsync(d, host, sizeof(int) * (3 * BT + 1), cudaMemcpyHostToDevice, ctx_->stream));
+    cuda::encoder_backward_wte(dev(dwte), dev(dout), d, d + BT, d + 2 * BT + 1, nbuckets, C, ctx_->stream);
+  }
+
+  void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias, int N,
+                         int C) override {
+    ctx_->bind();
+    cuda::layernorm_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, ctx_->stream);
+  }
+  void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight,
+                          const float* mean, const float* rstd, int N, int C) override {
+    ctx_->bind();
+    float* partials = ctx_->floats(CudaContext::kScratchA, 2 * cuda::column_partials_floats(N, C));
+    cuda::layernorm_backward(dev(dinp), dev(dweight), dev(dbias), dev(dout), dev(inp), dev(weight), mean, rstd, N, C,
+                             partials, ctx_->stream);
+  }
+
+  void matmul_forward(E* out, const E* inp, const E* weight, const E* bias, int N, int C, int OC) override {
+    ctx_->bind();
+    cuda::matmul_forward(ctx_->lt, dev(out), dev(inp), dev(weight), dev(bias), N, C, OC, ctx_->stream);
+  }
+  void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight, int N, int C,
+                       int OC) override {
+    ctx_->bind();
+    cuda::matmul_backward(ctx_->lt, dev(dinp), dev(dweight), dev(dout), dev(inp), dev(weight), N, C, OC,
+                          ctx_->stream);
+    if (dbias) {
+      float* partials = ctx_->floats(CudaContext::kScratchA, cuda::column_partials_floats(N, OC));
+      cuda::bias_backward(dev(dbias), dev(dout), N, OC, partials, ctx_->stream);
+    }
+  }
+
+  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) override {
+    ctx_->bind();
+    RZ_CHECK(NH > 0 && C % NH == 0, "attention_forward: C=%d is not a multiple of NH=%d", C, NH);
+    float* scores = ctx_->floats(CudaContext::kScratchA, size_t(NH) * T * T);
+    cuda::attention_forward(ctx_->lt, dev(out), dev(att), dev(qkv), B, T, C, NH, scores, ctx_->stream);
+  }
+  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH) override {
+    ctx_->bind();
+    RZ_CHECK(NH > 0 && C % NH == 0, "attention_backward: C=%d is not a multiple of NH=%d", C, NH);
+    float* datt = ctx_->floats(CudaContext::kScratchA, size_t(NH) * T * T);
+    auto* dpre = static_cast<typename DeviceType<E>::type*>(
+        ctx_->scratch[CudaContext::kScratchB].get(size_t(NH) * T * T * sizeof(E)));
+    cuda::attention_backward(ctx_->lt, dev(dqkv), dev(dout), dev(qkv), dev(att), B, T, C, NH, datt, dpre,
+                             ctx_->stream);
+  }
+
+  void gelu_forward(E* out, const E* inp, size_t n) override {
+    ctx_->bind();
+    cuda::gelu_forward(dev(out), dev(inp), n, ctx_->stream);
+  }
+  void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {
+    ctx_->bind();
+    cuda::gelu_backward(dev(dinp), dev(inp), dev(dout), n, ctx_->stream);
+  }
+  void residual_forward(E* out, const E* a, const E* b, size_t n) override {
+    ctx_->bind();
+    cuda::residual_forward(dev(out), dev(a), dev(b), n, ctx_->stream);
+  }
+
+  void crossentropy_forward(float* losses, float* lse, const E* logits, const int* targets, int N, int V,
+                            int Vp) override {
+    ctx_->bind();
+    cuda::crossentropy_forward(losses, lse, dev(logits), targets, N, V, Vp, ctx_->stream);
+  }
+  void crossentropy_softmax_backward(E* logits, const float* lse, const int* targets, float dloss, int N, int V,
+                                     int Vp) override {
+    ctx_->bind();
+    cuda::crossentropy_softmax_backward(dev(logits), lse, targets, dloss, N, V, Vp, ctx_->stream);
+  }
+
+ private:
+  CudaContext* ctx_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<CudaContext> ctx, std::string device_name)
+      : Backend(std::make_unique<CudaOps<float>>(ctx.get()), std::make_unique<CudaOps<bf16>>(ctx.get())),
+        ctx_(std::move(ctx)),
+        device_name_(std::move(device_name)) {}
+
+  ~CudaBackend() override {
+    if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
+    (void)cudaStreamSynchronize(ctx_->stream);
+    if (ctx_->lt.workspace) (void)cudaFree(ctx_->lt.workspace);
+    if (ctx_->lt.handle) (void)cublasLtDestroy(ctx_->lt.handle);
+    cuda::delete_gemm_algo_cache(ctx_->lt.algos);
+    (void)cudaStreamDestroy(ctx_->stream);
+  }
+
+  Device device() const override { return Device{DeviceKind::cuda, ctx_->index}; }
+  std::string name() const override { return strfmt("cuda:%d (%s)", ctx_->index, device_name_.c_str()); }
+
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    ctx_->bind();
+    // From pageable memory the call returns once the source has been staged, so the
+    // caller may reuse host_src at once; the copy stays ordered on the stream.
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+  }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    ctx_->bind();
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream));
+    ctx_->sync();
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    ctx_->bind();
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_->stream));
+  }
+  void zero(void* dst, size_t bytes) override {
+    if (bytes == 0) return;
+    ctx_->bind();
+    CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx_->stream));
+  }
+  void synchronize() override {
+    ctx_->bind();
+    ctx_->sync();
+  }
+
+  void f32_to_bf16(bf16* out, const float* in, size_t n) override {
+    ctx_->bind();
+    cuda::f32_to_bf16(dev(out), in, n, ctx_->stream);
+  }
+  void bf16_to_f32(float* out, const bf16* in, size_t n) override {
+    ctx_->bind();
+    cuda::bf16_to_f32(out, dev(in), n, ctx_->stream);
+  }
+
+  void accumulate_f32(float* dst, const float* src, size_t n, bool assign) override {
+    ctx_->bind();
+    cuda::accumulate_f32(dst, src, n, assign, ctx_->stream);
+  }
+  void accumulate_f32(float* dst, const bf16* src, size_t n, bool assign) override {
+    ctx_->bind();
+    cuda::accumulate_f32(dst, dev(src), n, assign, ctx_->stream);
+  }
+
+  void accumulate_bf16(bf16* dst, const bf16* src, size_t n, bool assign) override {
+    ctx_->bind();
+    cuda::accumulate_bf16(dev(dst), dev(src), n, assign, ctx_->stream);
+  }
+
+  double sum_squares(const float* x, size_t n) override { return sum_squares_of(x, n); }
+  double sum_squares(const bf16* x, size_t n) override { return sum_squares_of(dev(x), n); }
+
+  void adamw_update(float* params, float* master, float* m, float* v, const float* grads, size_t n,
+                    const AdamWStep& s) override {
+    RZ_CHECK(master != nullptr || params != nullptr, "adamw_update: no weights to update");
+    update(params, master, m, v, grads, n, s);
+  }
+  void adamw_update(bf16* params, float* master, float* m, float* v, const bf16* grads, size_t n,
+                    const AdamWStep& s) override {
+    RZ_CHECK(master != nullptr, "adamw_update: bf16 parameters need fp32 master weights");
+    update(dev(params), master, m, v, dev(grads), n, s);
+  }
+  void adamw_update(bf16* params, float* master, float* m, float* v, const float* grads, size_t n,
+                    const AdamWStep& s) override {
+    RZ_CHECK(master != nullptr, "adamw_update: bf16 parameters need fp32 master weights");
+    update(dev(params), master, m, v, grads, n, s);
+  }
+
+ private:
+  template <typename P, typename G>
+  void update(P* params, float* master, float* m, float* v, const G* grads, size_t n, const AdamWStep& s) {
+    RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
+    ctx_->bind();
+    // The bias corrections exactly as the CPU computes them (fp32 pow on the host).
+    cuda::AdamWArgs a{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+                      1.0f - std::pow(s.beta1, float(s.t)), 1.0f - std::pow(s.beta2, float(s.t))};
+    cuda::adamw_update(params, master, m, v, grads, n, a, ctx_->stream);
+  }
+
+  template <typename S>
+  double sum_squares_of(const S* x, size_t n) {
+    const size_t chunks = cuda::sum_squares_chunks(n);
+    if (chunks == 0) return 0.0;
+    ctx_->bind();
+    auto* partials = static_cast<double*>(ctx_->scratch[CudaContext::kScratchSums].get(chunks * sizeof(double)));
+    auto* host = static_cast<double*>(ctx_->staging_sums.get(chunks * sizeof(double)));
+    cuda::sum_squares_partials(partials, x, n, ctx_->stream);
+    CUDA_CHECK(cudaMemcpyAsync(host, partials, chunks * sizeof(double), cudaMemcpyDeviceToHost, ctx_->stream));
+    ctx_->sync();
+    double total = 0.0;
+    for (size_t k = 0; k < chunks; ++k) total += host[k];
+    return total;
+  }
+
+  std::unique_ptr<CudaContext> ctx_;
+  std::string device_name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int index) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    const char* what = err == cudaErrorInsufficientDriver ? "no CUDA driver, or one older than this build's CUDA runtime"
+                       : err == cudaErrorNoDevice || err == cudaSuccess ? "no CUDA device is visible to this process"
+                                                                         : "CUDA cannot be used here";
+    fail(strfmt("device cuda:%d: %s (cudaGetDeviceCount: %s)", index, what,
+                err == cudaSuccess ? "0 devices" : cudaGetErrorString(err)));
+  }
+  if (index < 0 || index >= count)
+    fail(strfmt("device cuda:%d: no such GPU (this process sees %d, cuda:0 .. cuda:%d)", index, count, count - 1));
+  CUDA_CHECK(cudaSetDevice(index));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  register_device_allocator(DeviceKind::cuda, DeviceAllocator{device_alloc, device_free});
+
+  auto ctx = std::make_unique<CudaContext>();
+  ctx->index = index;
+  // A blocking stream: it waits for the legacy default stream, where cudaMemset zeroes
+  // fresh Buffers.
+  CUDA_CHECK(cudaStreamCreate(&ctx->stream));
+  CUBLAS_CHECK(cublasLtCreate(&ctx->lt.handle));
+  CUDA_CHECK(cudaMalloc(&ctx->lt.workspace, kWorkspaceBytes));
+  ctx->lt.workspace_bytes = kWorkspaceBytes;
+  ctx->lt.algos = cuda::new_gemm_algo_cache();
+  return std::make_unique<CudaBackend>(std::move(ctx), prop.name);
+}
+
+}  // namespace rz

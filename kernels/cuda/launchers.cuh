@@ -1,0 +1,139 @@
+// kernels/cuda/launchers.cuh: the typed launchers, the middle of ggml's three layers:
+//   __global__ kernel (in its family's .cu)  ->  launcher here (device pointers, sizes,
+//   cudaStream_t; checks the launch)  ->  CudaBackend's op (kernels/cuda/cuda_backend.cu,
+//   which owns the stream, the cuBLASLt handle and the scratch memory).
+// E is float or bf16_t. Every pointer is a device pointer; shapes use the legend of
+// kernels/backend.h (B batch, T time, C channels, OC output channels, NH heads, N rows,
+// V vocab, Vp padded vocab). Each launcher has the arithmetic of the CPU kernel of the
+// same name in kernels/cpu, its reference.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/cuda/common.cuh"
+
+namespace rz::cuda {
+
+// The cuBLASLt algorithm chosen for each gemm configuration, asked of the heuristic once
+// (matmul.cu): saves its cost on every later call, and keeps the choice -- and so the
+// bits -- fixed for the life of the backend.
+struct GemmAlgoCache;
+GemmAlgoCache* new_gemm_algo_cache();
+void delete_gemm_algo_cache(GemmAlgoCache* cache);
+
+// cuBLASLt handle, the workspace its kernels may use, the algorithm cache (owned by the
+// backend).
+struct BlasLt {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  GemmAlgoCache* algos = nullptr;
+};
+
+// --- encoder.cu
+template <typename E>
+void encoder_forward(E* out, const int* inp, const E* wte, const E* wpe,  // (B,T,C) (B,T) (Vp,C) (maxT,C)
+                     int B, int T, int C, cudaStream_t s);
+// dwpe[t,:] += sum_b dout[b,t,:], b in order.
+template <typename E>
+void encoder_backward_wpe(E* dwpe, const E* dout, int B, int T, int C, cudaStream_t s);
+// dwte[token[k],:] += sum over positions[start[k] .. start[k+1]) of dout[pos,:], in order.
+// One bucket per distinct token (built on the host), so no two blocks write one row.
+template <typename E>
+void encoder_backward_wte(E* dwte, const E* dout,                 // (Vp,C), (B*T,C)
+                          const int* bucket_token,                // (nbuckets)
+                          const int* bucket_start,                // (nbuckets + 1)
+                          const int* positions,                   // (B*T) grouped by bucket
+                          int nbuckets, int C, cudaStream_t s);
+
+// --- layernorm.cu
+template <typename E>
+void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias,
+                       int N, int C, cudaStream_t s);
+// Floats of scratch that layernorm_backward and bias_backward need for (N, C).
+size_t column_partials_floats(int N, int C);
+template <typename E>
+void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp, const E* weight,
+                        const float* mean, const float* rstd, int N, int C,
+                        float* partials,  // 2 * column_partials_floats(N, C)
+                        cudaStream_t s);
+
+// --- matmul.cu
+template <typename E>
+void matmul_forward(const BlasLt& lt, E* out, const E* inp, const E* weight, const E* bias,
+                    int N, int C, int OC, cudaStream_t s);
+// dinp += dout @ weight (dinp may be null); dweight += dout^T @ inp.
+template <typename E>
+void matmul_backward(const BlasLt& lt, E* dinp, E* dweight, const E* dout, const E* inp, const E* weight,
+                     int N, int C, int OC, cudaStream_t s);
+// dbias (OC) += column sums of dout (N, OC), in a fixed order (no atomics).
+template <typename E>
+void bias_backward(E* dbias, const E* dout, int N, int OC,
+                   float* partials,  // column_partials_floats(N, OC)
+                   cudaStream_t s);
+// D = alpha op(A) op(B) + beta D, column-major (cuBLAS's convention), `batch` matrices
+// apart by the strides (in elements). A, B of type ab; D of type d (fp32 accumulate).
+void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int n, int k,
+          const void* A, long long lda, long long strideA, const void* B, long long ldb, long long strideB,
+          cudaDataType_t ab, void* D, long long ldd, long long strideD, cudaDataType_t d, int batch,
+          float alpha, float beta);
+
+// --- attention.cu (materialised: scores through cuBLASLt, a causal softmax kernel)
+template <typename E>
+void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, int T, int C, int NH,
+                       float* scores,  // (NH, T, T) scratch
+                       cudaStream_t s);
+template <typename E>
+void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, const E* att,
+                        int B, int T, int C, int NH,
+                        float* datt,  // (NH, T, T) scratch
+                        E* dpre,      // (NH, T, T) scratch
+                        cudaStream_t s);
+
+// --- gelu.cu, residual.cu
+template <typename E>
+void gelu_forward(E* out, const E* inp, size_t n, cudaStream_t s);
+template <typename E>
+void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n, cudaStream_t s);
+template <typename E>
+void residual_forward(E* out, const E* a, const E* b, size_t n, cudaStream_t s);
+
+// --- crossentropy.cu
+template <typename E>
+void crossentropy_forward(float* losses, float* lse, const E* logits, const int* targets,
+                          int N, int V, int Vp, cudaStream_t s);
+template <typename E>
+void crossentropy_softmax_backward(E* logits_to_dlogits, const float* lse, const int* targets, float dloss,
+                                   int N, int V, int Vp, cudaStream_t s);
+
+// --- convert.cu
+void f32_to_bf16(bf16_t* out, const float* in, size_t n, cudaStream_t s);
+void bf16_to_f32(float* out, const bf16_t* in, size_t n, cudaStream_t s);
+// dst = (assign ? 0 : dst) + src in fp32; S float or bf16_t.
+template <typename S>
+void accumulate_f32(float* dst, const S* src, size_t n, bool assign, cudaStream_t s);
+// dst = round_bf16((assign ? 0 : dst) + src), added in fp32.
+void accumulate_bf16(bf16_t* dst, const bf16_t* src, size_t n, bool assign, cudaStream_t s);
+
+// --- norm.cu: sum of squares in fixed chunks of kSumChunk elements, one fp64 partial per
+// chunk (partials has sum_squares_chunks(n) entries); the caller adds them in order.
+constexpr size_t kSumChunk = size_t(1) << 16;
+inline size_t sum_squares_chunks(size_t n) { return (n + kSumChunk - 1) / kSumChunk; }
+template <typename S>
+void sum_squares_partials(double* partials, const S* x, size_t n, cudaStream_t s);
+
+// --- adamw.cu: kernels/cpu/adamw.h's update. P float or bf16_t params (may be null when
+// master is given); master null only when P is float (params are their own master);
+// G float or bf16_t gradients.
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float bias1, bias2;  // 1 - beta^t, computed on the host as the CPU does
+};
+template <typename P, typename G>
+void adamw_update(P* params, float* master, float* m, float* v, const G* grads, size_t n,
+                  const AdamWArgs& a, cudaStream_t s);
+
+}  // namespace rz::cuda

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# scripts/device-check.sh: everything ringzero checks on a GPU, in one run of at most
+# ~8 minutes on one H200, for a machine with an NVIDIA GPU, nvcc, CMake, ninja and
+# python3 with PyTorch but no package registry:
+#   1. build (Release, -Werror, sm_90 unless CUDA_ARCH says otherwise) with the
+#      header-only dependencies from .deps/ (scripts/carry-deps.sh fills it, on a
+#      machine that has the Debian packages; carry .deps along);
+#   2. every GPU test (CTest label "gpu": the op table against the CPU backend, the whole
+#      model on cuda vs cpu), with RINGZERO_CUDA_SYNC=1 so an error names its kernel;
+#   3. the GPU step benchmark, `ringzero bench-step --device cuda` (GPT-2 d12, bf16,
+#      T=1024, B=16 and, time permitting, 32);
+#   4. the PyTorch peer, bench/torch_gpt2_step.py (same shapes, torch.compile, bf16
+#      autocast, fused AdamW), which also measures the bf16 GEMM rate for MFU;
+# and prints a summary table last. Logs go to $OUT (the device tool's folder) when set,
+# else to out/device-check/. Each step has its own time limit; a failing step is
+# recorded and the script goes on, so one run says as much as it can.
+#
+#   bash scripts/carry-deps.sh          # here, once (needs the Debian packages)
+#   bash scripts/device-check.sh        # there
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+LOGS=${OUT:-$ROOT/out/device-check}
+BUILD=$ROOT/build-gpu
+ARCH=${CUDA_ARCH:-90}
+mkdir -p "$LOGS"
+START=$(date +%s)
+declare -a ROWS=()
+
+elapsed() { echo $(($(date +%s) - START)); }
+# run_step NAME LIMIT_S LOGFILE CMD...: runs CMD with a time limit, logs its output,
+# and records a summary row (status, seconds).
+run_step() {
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local t0 rc
+  t0=$(date +%s)
+  echo "== $name ($(elapsed)s in)"
+  timeout "$limit" "$@" >"$LOGS/$log" 2>&1
+  rc=$?
+  local status=ok
+  if [ $rc -eq 124 ]; then status="TIMEOUT (${limit}s)"; elif [ $rc -ne 0 ]; then status="FAILED (rc $rc)"; fi
+  ROWS+=("| $name | $status | $(($(date +%s) - t0)) | $log |")
+  tail -n 5 "$LOGS/$log"
+  return $rc
+}
+
+# --- 0. the machine
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi failed"
+  command -v nvcc >/dev/null 2>&1 || export PATH=/usr/local/cuda/bin:$PATH
+  nvcc --version | tail -n 2
+  cmake --version | head -n 1
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
+} >"$LOGS/machine.txt" 2>&1
+cat "$LOGS/machine.txt"
+command -v nvcc >/dev/null 2>&1 || export PATH=/usr/local/cuda/bin:$PATH
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+
+# --- 1. build
+if [ ! -d .deps/usr ]; then
+  echo "device-check: .deps/usr is missing: run scripts/carry-deps.sh where the Debian packages are, and carry .deps" >&2
+  exit 1
+fi
+run_step configure 120 configure.log \
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGZERO_WERROR=ON -DRINGZERO_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_PREFIX_PATH="$ROOT/.deps/usr" \
+  -Dtomlplusplus_DIR="$ROOT/.deps/usr/lib/x86_64-linux-gnu/cmake/tomlplusplus"
+BUILT=0
+if run_step build 300 build.log cmake --build "$BUILD" --parallel "$(nproc)" \
+  --target ringzero test_backend_ops test_model_cuda; then
+  BUILT=1
+fi
+grep -E "spill (stores|loads)" "$LOGS/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" \
+  >"$LOGS/ptxas-spills.txt" || true
+export LD_LIBRARY_PATH=$ROOT/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+
+# --- 2. GPU tests
+if [ $BUILT = 1 ]; then
+  run_step "gpu tests" 180 gpu-tests.log \
+    env RINGZERO_CUDA_SYNC=1 ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error
+fi
+
+# --- 3. ringzero's step benchmark on the GPU
+BENCH=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --threads 8 --warmup 2 --steps 5)
+if [ $BUILT = 1 ]; then
+  run_step "ringzero bench-step B=16" 150 bench-b16.log "$BUILD/ringzero" "${BENCH[@]}" --batch 16
+  if [ "$(elapsed)" -lt 300 ]; then
+    run_step "ringzero bench-step B=32" 120 bench-b32.log "$BUILD/ringzero" "${BENCH[@]}" --batch 32
+  fi
+fi
+
+# --- 4. the PyTorch peer
+TORCH_BATCH=16
+if [ "$(elapsed)" -lt 330 ]; then TORCH_BATCH=16,32; fi
+PYTHONUNBUFFERED=1 run_step "torch peer B=$TORCH_BATCH" 150 torch.log \
+  python3 bench/torch_gpt2_step.py --model d12 --seq 1024 --batch "$TORCH_BATCH"
+
+# --- summary (last, so the device tool's reply carries it)
+echo
+echo "## device-check on ${GPU:-unknown GPU}, $(date -u +%Y-%m-%dT%H:%MZ), $(elapsed)s"
+echo "| step | status | seconds | log |"
+echo "|---|---|---:|---|"
+printf '%s\n' "${ROWS[@]}"
+echo
+echo "ptxas spills (non-zero): $(wc -l <"$LOGS/ptxas-spills.txt" 2>/dev/null || echo '?') kernels"
+grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b*.log 2>/dev/null | head -n 4
+grep -h -E "GEMM|torch-step" "$LOGS/torch.log" 2>/dev/null
+grep -h -E "test cases|tests passed|tests failed|Skipped|\*\*\*Failed" "$LOGS/gpu-tests.log" 2>/dev/null | head -n 8

@@ -1,0 +1,147 @@
+// tests/gpu_test_util.h: what the GPU tests share. The GPU is a second backend held
+// against the CPU backend (the reference): inputs are made on the host, uploaded, the op
+// runs on both, and the GPU's output comes back to be compared element by element with
+//   |x - ref| <= atol * rms(ref) + rtol * |ref|
+// at tolerances chosen by storage type. Outputs that an op assigns are poisoned with NaN
+// on the GPU first, so an element the kernel never wrote fails the comparison.
+//
+// Without a CUDA backend in the build, or without a GPU, a GPU test's main() prints why
+// and exits with kSkipCode, which tests/CMakeLists.txt registers as SKIP_RETURN_CODE: CTest
+// then reports the test as skipped, never as passed.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "base/bf16.h"
+#include "base/memory.h"
+#include "kernels/backend.h"
+#if RZ_TEST_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace rz::test {
+
+constexpr int kSkipCode = 77;
+
+// Why GPU tests cannot run here, or "" when they can.
+inline std::string gpu_unavailable() {
+#if RZ_TEST_HAVE_CUDA
+  if (cuda_device_count() == 0) return "no CUDA device (or no driver) visible to this process";
+  return "";
+#else
+  return "this build has no CUDA backend";
+#endif
+}
+
+// The backend on cuda:0, made once per process.
+inline Backend& gpu() {
+  static std::unique_ptr<Backend> b = make_backend(Device{DeviceKind::cuda, 0});
+  return *b;
+}
+inline Backend& cpu() { return cpu_backend(); }
+
+inline float to_f(float x) { return x; }
+inline float to_f(bf16 x) { return bf16_to_float(x); }
+template <typename T>
+T from_f(float x) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return float_to_bf16(x);
+  else
+    return x;
+}
+template <typename T>
+T poison() {
+  return from_f<T>(std::numeric_limits<float>::quiet_NaN());
+}
+template <typename T>
+const char* type_name() {
+  return std::is_same_v<T, bf16> ? "bf16" : "fp32";
+}
+
+template <typename T>
+std::vector<T> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    float f = normal(rng);
+    if (f == 0.0f) f = scale * 1e-3f;  // never zeros
+    x = from_f<T>(f);
+  }
+  return v;
+}
+inline std::vector<int> random_ints(size_t n, int lo, int hi, std::mt19937& rng) {
+  std::uniform_int_distribution<int> u(lo, hi - 1);
+  std::vector<int> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// A device copy of a host vector (or n poisoned elements), freed on scope exit.
+template <typename T>
+class DevBuf {
+ public:
+  explicit DevBuf(const std::vector<T>& host) : buf_(MemTag::workspace, host.size(), gpu().device()) {
+    gpu().copy_from_host(buf_.data(), host.data(), host.size() * sizeof(T));
+  }
+  static DevBuf poisoned(size_t n) { return DevBuf(std::vector<T>(n, poison<T>())); }
+  T* ptr() { return buf_.data(); }
+  std::vector<T> host() {
+    std::vector<T> out(buf_.size());
+    gpu().copy_to_host(out.data(), buf_.data(), buf_.bytes());
+    return out;
+  }
+
+ private:
+  Buffer<T> buf_;
+};
+
+struct Tol {
+  double atol;  // times the rms of the reference
+  double rtol;
+};
+template <typename T>
+Tol tol() {
+  return std::is_same_v<T, bf16> ? Tol{2e-2, 2e-2} : Tol{2e-5, 1e-5};
+}
+
+// Element-wise comparison; prints the first few offenders and how many there were.
+template <typename T>
+void compare(const std::string& what, const std::vector<T>& got, const std::vector<T>& ref, Tol t) {
+  REQUIRE(got.size() == ref.size());
+  double ss = 0;
+  for (const T& r : ref) ss += double(to_f(r)) * to_f(r);
+  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / double(ref.size()));
+  size_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double x = to_f(got[i]), r = to_f(ref[i]);
+    const double bound = t.atol * rms + t.rtol * std::fabs(r);
+    if (!(std::fabs(x - r) <= bound)) {  // NaN (an unwritten element) fails too
+      if (bad < 5) UNSCOPED_INFO(what << "[" << i << "]: gpu " << x << " cpu " << r << " bound " << bound);
+      ++bad;
+    }
+  }
+  INFO(what << " (" << ref.size() << " elements, rms " << rms << "): " << bad << " outside tolerance");
+  CHECK(bad == 0);
+}
+
+// The CATCH_CONFIG_RUNNER main of a GPU test program.
+inline int gpu_test_main(int argc, char** argv, const char* program) {
+  const std::string why = gpu_unavailable();
+  if (!why.empty()) {
+    std::printf("%s: SKIPPED: %s\n", program, why.c_str());
+    return kSkipCode;
+  }
+  std::printf("%s: on %s against %s\n", program, gpu().name().c_str(), cpu().name().c_str());
+  return Catch::Session().run(argc, argv);
+}
+
+}  // namespace rz::test

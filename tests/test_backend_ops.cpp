@@ -1,0 +1,346 @@
+// tests/test_backend_ops.cpp: every op of the op table (kernels/backend.h) on every backend
+// this build has, held against the CPU backend (ggml's test-backend-ops is the model).
+// Forward and backward, fp32 and bf16, fresh random inputs (never zeros), assigned
+// outputs poisoned beforehand, tolerances by dtype (gpu_test_util.h). Shapes are small,
+// with channel counts that are not multiples of 32 so every kernel's tail runs, and row
+// counts past one reduction chunk. Skipped (exit 77) without a CUDA backend or a GPU.
+#define CATCH_CONFIG_RUNNER
+#include "tests/gpu_test_util.h"
+
+#include <cstring>
+
+using namespace rz;
+using namespace rz::test;
+
+int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_backend_ops"); }
+
+TEMPLATE_TEST_CASE("encoder forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(1);
+  const int B = 3, T = 10, C = 40, Vp = 7, maxT = 12;  // few tokens: many repeats
+  auto inp = random_ints(size_t(B) * T, 0, Vp, rng);
+  auto wte = random_vec<E>(size_t(Vp) * C, rng), wpe = random_vec<E>(size_t(maxT) * C, rng);
+  std::vector<E> out(size_t(B) * T * C);
+  cpu().ops<E>().encoder_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  DevBuf<int> d_inp(inp);
+  DevBuf<E> d_wte(wte), d_wpe(wpe), d_out = DevBuf<E>::poisoned(out.size());
+  gpu().ops<E>().encoder_forward(d_out.ptr(), d_inp.ptr(), d_wte.ptr(), d_wpe.ptr(), B, T, C);
+  compare("encoder_forward out", d_out.host(), out, tol<E>());
+
+  auto dout = random_vec<E>(out.size(), rng);
+  auto dwte = random_vec<E>(wte.size(), rng), dwpe = random_vec<E>(wpe.size(), rng);  // accumulated into
+  DevBuf<E> d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
+  cpu().ops<E>().encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  gpu().ops<E>().encoder_backward(d_dwte.ptr(), d_dwpe.ptr(), d_dout.ptr(), d_inp.ptr(), B, T, C);
+  compare("encoder_backward dwte", d_dwte.host(), dwte, tol<E>());
+  compare("encoder_backward dwpe", d_dwpe.host(), dwpe, tol<E>());
+}
+
+TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(2);
+  for (auto [N, C] : {std::pair{70, 100}, std::pair{129, 768}}) {
+    CAPTURE(N, C);
+    auto inp = random_vec<E>(size_t(N) * C, rng, 2.0f), w = random_vec<E>(C, rng), b = random_vec<E>(C, rng);
+    std::vector<E> out(inp.size());
+    std::vector<float> mean(N), rstd(N);
+    cpu().ops<E>().layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    DevBuf<E> d_inp(inp), d_w(w), d_b(b), d_out = DevBuf<E>::poisoned(out.size());
+    DevBuf<float> d_mean = DevBuf<float>::poisoned(N), d_rstd = DevBuf<float>::poisoned(N);
+    gpu().ops<E>().layernorm_forward(d_out.ptr(), d_mean.ptr(), d_rstd.ptr(), d_inp.ptr(), d_w.ptr(), d_b.ptr(), N, C);
+    compare("layernorm_forward out", d_out.host(), out, tol<E>());
+    compare("layernorm_forward mean", d_mean.host(), mean, tol<float>());
+    compare("layernorm_forward rstd", d_rstd.host(), rstd, tol<float>());
+
+    auto dout = random_vec<E>(inp.size(), rng);
+    auto dinp = random_vec<E>(inp.size(), rng), dw = random_vec<E>(C, rng), db = random_vec<E>(C, rng);
+    DevBuf<E> d_dout(dout), d_dinp(dinp), d_dw(dw), d_db(db);
+    // Both sides read the CPU's mean and rstd, so the backward is compared on its own.
+    DevBuf<float> c_mean(mean), c_rstd(rstd);
+    cpu().ops<E>().layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                                      rstd.data(), N, C);
+    gpu().ops<E>().layernorm_backward(d_dinp.ptr(), d_dw.ptr(), d_db.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(),
+                                      c_mean.ptr(), c_rstd.ptr(), N, C);
+    compare("layernorm_backward dinp", d_dinp.host(), dinp, tol<E>());
+    compare("layernorm_backward dweight", d_dw.host(), dw, tol<E>());
+    compare("layernorm_backward dbias", d_db.host(), db, tol<E>());
+  }
+}
+
+TEMPLATE_TEST_CASE("matmul forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(3);
+  struct Shape {
+    int N, C, OC;
+    bool bias;
+  };
+  for (Shape s : {Shape{70, 48, 67, true}, Shape{64, 128, 192, true}, Shape{33, 64, 96, false}}) {
+    const int N = s.N, C = s.C, OC = s.OC;
+    CAPTURE(N, C, OC, s.bias);
+    auto inp = random_vec<E>(size_t(N) * C, rng), w = random_vec<E>(size_t(OC) * C, rng, 0.2f);
+    auto bias = random_vec<E>(OC, rng);
+    std::vector<E> out(size_t(N) * OC);
+    const E* cb = s.bias ? bias.data() : nullptr;
+    cpu().ops<E>().matmul_forward(out.data(), inp.data(), w.data(), cb, N, C, OC);
+    DevBuf<E> d_inp(inp), d_w(w), d_bias(bias), d_out = DevBuf<E>::poisoned(out.size());
+    gpu().ops<E>().matmul_forward(d_out.ptr(), d_inp.ptr(), d_w.ptr(), s.bias ? d_bias.ptr() : nullptr, N, C, OC);
+    compare("matmul_forward out", d_out.host(), out, tol<E>());
+
+    auto dout = random_vec<E>(out.size(), rng);
+    auto dinp = random_vec<E>(inp.size(), rng), dw = random_vec<E>(w.size(), rng), db = random_vec<E>(OC, rng);
+    DevBuf<E> d_dout(dout), d_dinp(dinp), d_dw(dw), d_db(db);
+    cpu().ops<E>().matmul_backward(dinp.data(), dw.data(), s.bias ? db.data() : nullptr, dout.data(), inp.data(),
+                                   w.data(), N, C, OC);
+    gpu().ops<E>().matmul_backward(d_dinp.ptr(), d_dw.ptr(), s.bias ? d_db.ptr() : nullptr, d_dout.ptr(), d_inp.ptr(),
+                                   d_w.ptr(), N, C, OC);
+    compare("matmul_backward dinp", d_dinp.host(), dinp, tol<E>());
+    compare("matmul_backward dweight", d_dw.host(), dw, tol<E>());
+    compare("matmul_backward dbias", d_db.host(), db, tol<E>());  // untouched when there is no bias
+  }
+  SECTION("dinp null: only the weight gradient") {
+    const int N = 40, C = 32, OC = 64;
+    auto inp = random_vec<E>(size_t(N) * C, rng), w = random_vec<E>(size_t(OC) * C, rng);
+    auto dout = random_vec<E>(size_t(N) * OC, rng), dw = random_vec<E>(w.size(), rng);
+    DevBuf<E> d_inp(inp), d_w(w), d_dout(dout), d_dw(dw);
+    cpu().ops<E>().matmul_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+    gpu().ops<E>().matmul_backward(nullptr, d_dw.ptr(), nullptr, d_dout.ptr(), d_inp.ptr(), d_w.ptr(), N, C, OC);
+    compare("matmul_backward dweight (no dinp)", d_dw.host(), dw, tol<E>());
+  }
+}
+
+TEMPLATE_TEST_CASE("attention forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(4);
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (Shape s : {Shape{2, 37, 48, 3}, Shape{2, 64, 128, 2}}) {
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    CAPTURE(B, T, C, NH);
+    auto qkv = random_vec<E>(size_t(B) * T * 3 * C, rng);
+    std::vector<E> out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
+    cpu().ops<E>().attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    DevBuf<E> d_qkv(qkv), d_out = DevBuf<E>::poisoned(out.size()), d_att = DevBuf<E>::poisoned(att.size());
+    gpu().ops<E>().attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), B, T, C, NH);
+    compare("attention_forward out", d_out.host(), out, tol<E>());
+    compare("attention_forward att", d_att.host(), att, tol<E>());
+
+    auto dout = random_vec<E>(out.size(), rng), dqkv = random_vec<E>(qkv.size(), rng);
+    DevBuf<E> d_dout(dout), d_dqkv(dqkv), c_att(att);  // both read the CPU's att
+    cpu().ops<E>().attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    gpu().ops<E>().attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_att.ptr(), B, T, C, NH);
+    // In bf16 the CPU reference rounds dk and dv after every one of up to T additions
+    // (the GPU sums in fp32 and rounds once), so the reference itself strays by about
+    // sqrt(T) half-ulps: a wider absolute bar, still far below what a wrong index gives.
+    const Tol t = std::is_same_v<E, bf16> ? Tol{6e-2, 2e-2} : tol<E>();
+    compare("attention_backward dqkv", d_dqkv.host(), dqkv, t);
+  }
+}
+
+TEMPLATE_TEST_CASE("gelu and residual, in place too", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(5);
+  const size_t n = 100003;
+  auto inp = random_vec<E>(n, rng, 2.0f), other = random_vec<E>(n, rng);
+  std::vector<E> out(n);
+  cpu().ops<E>().gelu_forward(out.data(), inp.data(), n);
+  DevBuf<E> d_inp(inp), d_out = DevBuf<E>::poisoned(n);
+  gpu().ops<E>().gelu_forward(d_out.ptr(), d_inp.ptr(), n);
+  compare("gelu_forward out", d_out.host(), out, tol<E>());
+  DevBuf<E> d_alias(inp);
+  gpu().ops<E>().gelu_forward(d_alias.ptr(), d_alias.ptr(), n);
+  compare("gelu_forward in place", d_alias.host(), out, tol<E>());
+
+  auto dout = random_vec<E>(n, rng);
+  std::vector<E> dinp(n);
+  cpu().ops<E>().gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+  DevBuf<E> d_dout(dout), d_dinp = DevBuf<E>::poisoned(n);
+  gpu().ops<E>().gelu_backward(d_dinp.ptr(), d_inp.ptr(), d_dout.ptr(), n);
+  compare("gelu_backward dinp", d_dinp.host(), dinp, tol<E>());
+  gpu().ops<E>().gelu_backward(d_dout.ptr(), d_inp.ptr(), d_dout.ptr(), n);
+  compare("gelu_backward in place", d_dout.host(), dinp, tol<E>());
+
+  std::vector<E> sum(n);
+  cpu().ops<E>().residual_forward(sum.data(), inp.data(), other.data(), n);
+  DevBuf<E> d_other(other), d_sum = DevBuf<E>::poisoned(n);
+  gpu().ops<E>().residual_forward(d_sum.ptr(), d_inp.ptr(), d_other.ptr(), n);
+  compare("residual_forward out", d_sum.host(), sum, tol<E>());
+  gpu().ops<E>().residual_forward(d_other.ptr(), d_inp.ptr(), d_other.ptr(), n);
+  compare("residual_forward in place", d_other.host(), sum, tol<E>());
+}
+
+TEMPLATE_TEST_CASE("crossentropy forward and fused softmax backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(6);
+  struct Shape {
+    int N, V, Vp;
+  };
+  for (Shape s : {Shape{9, 1000, 1024}, Shape{17, 50257, 50304}, Shape{5, 64, 64}}) {
+    const int N = s.N, V = s.V, Vp = s.Vp;
+    CAPTURE(N, V, Vp);
+    auto logits = random_vec<E>(size_t(N) * Vp, rng, 3.0f);
+    auto targets = random_ints(N, 0, V, rng);
+    std::vector<float> losses(N), lse(N);
+    cpu().ops<E>().crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
+    DevBuf<E> d_logits(logits);
+    DevBuf<int> d_targets(targets);
+    DevBuf<float> d_losses = DevBuf<float>::poisoned(N), d_lse = DevBuf<float>::poisoned(N);
+    gpu().ops<E>().crossentropy_forward(d_losses.ptr(), d_lse.ptr(), d_logits.ptr(), d_targets.ptr(), N, V, Vp);
+    compare("crossentropy_forward losses", d_losses.host(), losses, tol<float>());
+    compare("crossentropy_forward lse", d_lse.host(), lse, tol<float>());
+
+    const float dloss = 1.0f / float(N);
+    DevBuf<float> c_lse(lse);
+    cpu().ops<E>().crossentropy_softmax_backward(logits.data(), lse.data(), targets.data(), dloss, N, V, Vp);
+    gpu().ops<E>().crossentropy_softmax_backward(d_logits.ptr(), c_lse.ptr(), d_targets.ptr(), dloss, N, V, Vp);
+    auto got = d_logits.host();
+    compare("crossentropy_softmax_backward dlogits", got, logits, tol<E>());
+    for (int n = 0; n < N; ++n)
+      for (int v = V; v < Vp; ++v) REQUIRE(to_f(got[size_t(n) * Vp + v]) == 0.0f);
+  }
+}
+
+TEST_CASE("conversions are bitwise the CPU's round-to-nearest-even", "[ops]") {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8),
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
+                          3.0e38f, -1.17549435e-38f};
+  std::mt19937 rng(7);
+  auto r = random_vec<float>(100000, rng, 10.0f);
+  x.insert(x.end(), r.begin(), r.end());
+  const size_t n = x.size();
+  std::vector<bf16> want(n);
+  cpu().f32_to_bf16(want.data(), x.data(), n);
+  DevBuf<float> d_x(x);
+  DevBuf<bf16> d_y = DevBuf<bf16>::poisoned(n);
+  gpu().f32_to_bf16(d_y.ptr(), d_x.ptr(), n);
+  auto y = d_y.host();
+  size_t mismatches = 0;
+  for (size_t i = 0; i < n; ++i) mismatches += y[i].bits != want[i].bits;
+  REQUIRE(mismatches == 0);
+
+  std::vector<float> back(n);
+  cpu().bf16_to_f32(back.data(), want.data(), n);
+  DevBuf<float> d_back = DevBuf<float>::poisoned(n);
+  gpu().bf16_to_f32(d_back.ptr(), d_y.ptr(), n);
+  auto z = d_back.host();
+  REQUIRE(std::memcmp(z.data(), back.data(), n * sizeof(float)) == 0);
+}
+
+TEST_CASE("memory ops: copy, zero, copy_to_host", "[ops]") {
+  std::mt19937 rng(8);
+  auto x = random_vec<float>(4097, rng);
+  DevBuf<float> a(x), b = DevBuf<float>::poisoned(x.size());
+  gpu().copy(b.ptr(), a.ptr(), x.size() * sizeof(float));
+  REQUIRE(b.host() == x);
+  gpu().zero(b.ptr(), x.size() * sizeof(float));
+  for (float v : b.host()) REQUIRE(v == 0.0f);
+  // Device Buffers start zero-filled, like host ones.
+  Buffer<float> fresh(MemTag::workspace, 1000, gpu().device());
+  std::vector<float> h(1000, 1.0f);
+  gpu().copy_to_host(h.data(), fresh.data(), fresh.bytes());
+  for (float v : h) REQUIRE(v == 0.0f);
+  REQUIRE(MemoryTracker::global().current(MemTag::workspace, DeviceKind::cuda) >= fresh.bytes());
+}
+
+TEST_CASE("accumulate_f32 from fp32 and bf16, accumulate_bf16, assign and add", "[ops]") {
+  std::mt19937 rng(9);
+  const size_t n = 70001;
+  auto dst0 = random_vec<float>(n, rng);
+  auto src32 = random_vec<float>(n, rng);
+  auto src16 = random_vec<bf16>(n, rng);
+  for (bool assign : {false, true}) {
+    CAPTURE(assign);
+    std::vector<float> a = dst0, b = dst0;
+    cpu().accumulate_f32(a.data(), src32.data(), n, assign);
+    cpu().accumulate_f32(b.data(), src16.data(), n, assign);
+    DevBuf<float> da(dst0), db(dst0);
+    DevBuf<float> s32(src32);
+    DevBuf<bf16> s16(src16);
+    gpu().accumulate_f32(da.ptr(), s32.ptr(), n, assign);
+    gpu().accumulate_f32(db.ptr(), s16.ptr(), n, assign);
+    REQUIRE(da.host() == a);  // one fp32 addition: exact on both
+    REQUIRE(db.host() == b);
+
+    // bf16 into bf16: one fp32 addition, one rounding: bitwise on both.
+    std::vector<bf16> c(n);
+    for (size_t i = 0; i < n; ++i) c[i] = float_to_bf16(dst0[i]);
+    DevBuf<bf16> dc(c);
+    cpu().accumulate_bf16(c.data(), src16.data(), n, assign);
+    gpu().accumulate_bf16(dc.ptr(), s16.ptr(), n, assign);
+    auto got = dc.host();
+    size_t mismatches = 0;
+    for (size_t i = 0; i < n; ++i) mismatches += got[i].bits != c[i].bits;
+    REQUIRE(mismatches == 0);
+  }
+}
+
+TEST_CASE("sum_squares: fp64, matches the CPU, bitwise run to run", "[ops]") {
+  std::mt19937 rng(10);
+  for (size_t n : {size_t(1), size_t(255), size_t(65536), size_t(65537), size_t(1000003)}) {
+    CAPTURE(n);
+    auto x = random_vec<float>(n, rng);
+    auto xb = random_vec<bf16>(n, rng);
+    DevBuf<float> dx(x);
+    DevBuf<bf16> dxb(xb);
+    const double want = cpu().sum_squares(x.data(), n), want_b = cpu().sum_squares(xb.data(), n);
+    const double got = gpu().sum_squares(dx.ptr(), n), got_b = gpu().sum_squares(dxb.ptr(), n);
+    REQUIRE(got == Approx(want).epsilon(1e-12));
+    REQUIRE(got_b == Approx(want_b).epsilon(1e-12));
+    const double again = gpu().sum_squares(dx.ptr(), n);
+    REQUIRE(std::memcmp(&again, &got, sizeof(double)) == 0);
+  }
+  REQUIRE(gpu().sum_squares(static_cast<const float*>(nullptr), 0) == 0.0);
+}
+
+TEST_CASE("adamw_update: the three storage cases match the CPU", "[ops]") {
+  std::mt19937 rng(11);
+  const size_t n = 100003;
+  auto w = random_vec<float>(n, rng), g = random_vec<float>(n, rng, 0.1f), m = random_vec<float>(n, rng, 0.01f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::fabs(random_vec<float>(1, rng, 1e-2f)[0]);
+  AdamWStep s;
+  s.lr = 1e-3f;
+  s.weight_decay = 0.1f;
+  s.grad_scale = 0.5f;
+  s.t = 7;
+  const Tol exact{1e-6, 1e-6};
+
+  SECTION("fp32 params are the master") {
+    std::vector<float> cw = w, cm = m, cv = v;
+    cpu().adamw_update(cw.data(), nullptr, cm.data(), cv.data(), g.data(), n, s);
+    DevBuf<float> dw(w), dg(g), dm(m), dv(v);
+    gpu().adamw_update(dw.ptr(), nullptr, dm.ptr(), dv.ptr(), dg.ptr(), n, s);
+    compare("adamw fp32 w", dw.host(), cw, exact);
+    compare("adamw fp32 m", dm.host(), cm, exact);
+    compare("adamw fp32 v", dv.host(), cv, exact);
+  }
+  auto bf16_case = [&](auto grad) {
+    using G = typename decltype(grad)::value_type;
+    std::vector<bf16> p(n);
+    for (size_t i = 0; i < n; ++i) p[i] = float_to_bf16(w[i]);
+    std::vector<float> cmaster = w, cm = m, cv = v;
+    std::vector<bf16> cp = p;
+    cpu().adamw_update(cp.data(), cmaster.data(), cm.data(), cv.data(), grad.data(), n, s);
+    DevBuf<float> dmaster(w), dm(m), dv(v);
+    DevBuf<bf16> dp = DevBuf<bf16>::poisoned(n);
+    DevBuf<G> dg(grad);
+    gpu().adamw_update(dp.ptr(), dmaster.ptr(), dm.ptr(), dv.ptr(), dg.ptr(), n, s);
+    compare("adamw bf16 master", dmaster.host(), cmaster, exact);
+    compare("adamw bf16 m", dm.host(), cm, exact);
+    compare("adamw bf16 v", dv.host(), cv, exact);
+    auto gp = dp.host();
+    size_t off = 0;  // params are the master rounded once: at most one ulp apart
+    for (size_t i = 0; i < n; ++i) {
+      const int diff = int(gp[i].bits) - int(cp[i].bits);
+      off += diff > 1 || diff < -1;
+    }
+    REQUIRE(off == 0);
+  };
+  SECTION("bf16 params, bf16 grads, fp32 master") {
+    std::vector<bf16> gb(n);
+    for (size_t i = 0; i < n; ++i) gb[i] = float_to_bf16(g[i]);
+    bf16_case(gb);
+  }
+  SECTION("bf16 params, fp32 grads, fp32 master") { bf16_case(g); }
+}

@@ -1,0 +1,254 @@
+// tests/test_model_cuda.cpp: the whole GPT-2 on the GPU against the same model on the CPU
+// (llm.c's test_gpt2 habit): same parameters, same batch, then the logits, the loss and
+// every gradient tensor compared, for the tiny and d2 presets in fp32 and bf16; and a few
+// AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical.
+// Gradients are compared per tensor by relative norm, ||gpu - cpu|| / ||cpu||, with a
+// bound by precision (fp32 arithmetic lands far below 1e-4; bf16 near 1e-2), plus an
+// element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
+// --device cuda` on llm.c files from the fp64 reference. Skipped (exit 77) without a CUDA
+// backend or a GPU.
+#define CATCH_CONFIG_RUNNER
+#include "tests/gpu_test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/config.h"
+#include "model/gpt2.h"
+#include "model/grad_sink.h"
+#include "tests/test_model_reference.h"
+
+using namespace rz;
+using namespace rz::test;
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_model_cuda"); }
+
+namespace {
+
+const Device kGpu{DeviceKind::cuda, 0};
+
+double rel_norm(const float* got, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(got[i]) - ref[i];
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+struct Batch {
+  std::vector<int> x, y;
+};
+Batch make_batch(const GPT2Config& cfg, int B, int T, unsigned seed) {
+  std::mt19937 rng(seed);
+  return {random_ints(size_t(B) * T, 0, cfg.vocab_size, rng), random_ints(size_t(B) * T, 0, cfg.vocab_size, rng)};
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 on cuda matches cpu: logits, loss, every gradient", "[model][gpu]") {
+  struct Case {
+    const char* preset;
+    int B, T;
+  };
+  for (Case c : {Case{"tiny", 2, 32}, Case{"d2", 2, 64}}) {
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      const GPT2Config cfg = model_preset(c.preset);
+      CAPTURE(c.preset, precision_name(prec));
+      const double bound = prec == Precision::fp32 ? 1e-4 : 3e-2;
+      GPT2 host(cfg, ModelOptions{prec, false, Device{}});
+      GPT2 dev(cfg, ModelOptions{prec, false, kGpu});
+      REQUIRE(dev.device() == kGpu);
+      host.init_random(42);
+      const ParamLayout& lay = host.layout();
+      std::vector<float> w(lay.total);
+      host.get_params_f32(w.data());
+      dev.set_params_f32(w.data());  // the same (rounded) parameters on both sides
+      std::vector<float> back(lay.total);
+      dev.get_params_f32(back.data());
+      REQUIRE(std::memcmp(back.data(), w.data(), w.size() * sizeof(float)) == 0);
+
+      const Batch b = make_batch(cfg, c.B, c.T, 7);
+      const float loss_cpu = host.forward(b.x.data(), b.y.data(), c.B, c.T);
+      const float loss_gpu = dev.forward(b.x.data(), b.y.data(), c.B, c.T);
+      INFO("loss cpu " << loss_cpu << " gpu " << loss_gpu);
+      CHECK(std::fabs(loss_gpu - loss_cpu) <= bound * std::fabs(loss_cpu));
+
+      std::vector<float> lc, lg;
+      host.logits_f32(lc);
+      dev.logits_f32(lg);
+      REQUIRE(lc.size() == lg.size());
+      CHECK(rel_norm(lg.data(), lc.data(), lc.size()) <= bound);
+
+      FullGradSink gc(lay.total, prec), gg(lay.total, prec, dev.backend());
+      gc.zero();
+      gg.zero();
+      host.backward(gc);
+      dev.backward(gg);
+      std::vector<float> dc(lay.total), dg(lay.total);
+      gc.get_f32(dc.data());
+      gg.get_f32(dg.data());
+      for (const ParamTensor& t : lay.tensors) {
+        const float* g = dg.data() + t.offset;
+        const float* r = dc.data() + t.offset;
+        size_t nans = 0;
+        for (size_t i = 0; i < t.numel; ++i) nans += std::isnan(g[i]);
+        const double err = rel_norm(g, r, t.numel);
+        INFO("gradient " << t.name << ": relative error " << err << ", " << nans << " NaN");
+        CHECK(nans == 0);
+        CHECK(err <= bound);
+      }
+    }
+  }
+}
+
+// Three AdamW steps on the GPU; the losses of two runs from the same seed.
+static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
+  GPT2 model(cfg, ModelOptions{prec, false, kGpu});
+  model.init_random(5);
+  Backend& be = model.backend();
+  const ParamLayout& lay = model.layout();
+  Buffer<float> m(MemTag::adam_m, lay.total, kGpu), v(MemTag::adam_v, lay.total, kGpu), master;
+  if (prec == Precision::bf16) {
+    std::vector<float> w(lay.total);
+    model.get_params_f32(w.data());
+    master.allocate(MemTag::master, lay.total, kGpu);
+    be.copy_from_host(master.data(), w.data(), w.size() * sizeof(float));
+  }
+  FullGradSink sink(lay.total, prec, be);
+  std::vector<float> losses;
+  for (int step = 1; step <= 3; ++step) {
+    const Batch b = make_batch(cfg, 4, 64, unsigned(step));
+    losses.push_back(model.forward(b.x.data(), b.y.data(), 4, 64));
+    sink.zero();
+    model.backward(sink);
+    const double norm = std::sqrt(prec == Precision::fp32
+                                      ? be.sum_squares(static_cast<const float*>(sink.data()), lay.total)
+                                      : be.sum_squares(static_cast<const bf16*>(sink.data()), lay.total));
+    for (const ParamTensor& t : lay.tensors) {
+      AdamWStep s;
+      s.lr = 1e-3f;
+      s.t = uint64_t(step);
+      s.weight_decay = t.weight_decay ? 0.1f : 0.0f;
+      s.grad_scale = norm > 1.0 ? float(1.0 / norm) : 1.0f;
+      if (prec == Precision::fp32)
+        be.adamw_update(static_cast<float*>(model.params()) + t.offset, nullptr, m.data() + t.offset,
+                        v.data() + t.offset, static_cast<const float*>(sink.data()) + t.offset, t.numel, s);
+      else
+        be.adamw_update(static_cast<bf16*>(model.params()) + t.offset, master.data() + t.offset, m.data() + t.offset,
+                        v.data() + t.offset, static_cast<const bf16*>(sink.data()) + t.offset, t.numel, s);
+    }
+  }
+  be.synchronize();
+  return losses;
+}
+
+TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]") {
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    CAPTURE(precision_name(prec));
+    const GPT2Config cfg = model_preset("d2");
+    const std::vector<float> a = gpu_losses(cfg, prec), b = gpu_losses(cfg, prec);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("step " << i + 1 << ": " << a[i] << " vs " << b[i]);
+      CHECK(std::isfinite(a[i]));
+      CHECK(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
+    }
+    CHECK(a.back() < a.front() + 1.0f);  // training, not diverging
+  }
+}
+
+// `ringzero verify --device cuda` on llm.c files written byte by byte from the naive fp64
+// GPT-2 of test_model_reference.h (as test_model_verify does for the CPU): must pass in
+// fp32 and bf16, and fail once a gradient element is perturbed.
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;
+};
+RunResult run_ringzero(const std::string& args) {
+  const std::string cmd = "timeout 120 " + std::string(RINGZERO_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
+}
+
+template <typename X>
+void put(std::ofstream& f, const std::vector<X>& v) {
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(X)));
+}
+
+}  // namespace
+
+TEST_CASE("ringzero verify --device cuda passes against the fp64 reference", "[model][gpu][verify]") {
+  const fs::path dir = fs::temp_directory_path() / ("rz_verify_cuda_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const reftest::RefConfig rc{2, 8, 2, 11, 64, 8};  // L, C, NH, V, Vp, maxT
+  const int B = 2, T = 5;
+  reftest::RefOffsets o(rc);
+  std::mt19937_64 g(17);
+  std::normal_distribution<double> d(0.0, 0.3);
+  std::vector<double> p(o.total);
+  for (double& x : p) x = double(float(d(g)));
+  for (size_t i = 0; i < size_t(rc.L) * rc.C; ++i) {
+    p[o.ln1w + i] = double(float(1 + 0.1 * d(g)));
+    p[o.ln2w + i] = double(float(1 + 0.1 * d(g)));
+  }
+  for (size_t i = size_t(rc.V) * rc.C; i < size_t(rc.Vp) * rc.C; ++i) p[o.wte + i] = 0;  // padded rows
+  std::vector<int> x(B * T), y(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    x[i] = int(g() % rc.V);
+    y[i] = int(g() % rc.V);
+  }
+  std::vector<double> logits;
+  const double loss = reftest::ref_forward(rc, p, x.data(), y.data(), B, T, &logits);
+  std::vector<double> grads = reftest::ref_grads_fd(rc, p, x.data(), y.data(), B, T);
+  const std::string model = (dir / "model.bin").string(), state = (dir / "state.bin").string(),
+                    wrong = (dir / "wrong.bin").string();
+  {
+    std::ofstream f(model, std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240326, h[1] = 3, h[2] = rc.maxT, h[3] = rc.V, h[4] = rc.L, h[5] = rc.NH, h[6] = rc.C, h[7] = rc.Vp;
+    put(f, h);
+    put(f, std::vector<float>(p.begin(), p.end()));
+  }
+  auto write_state = [&](const std::string& path, const std::vector<double>& gr) {
+    std::ofstream f(path, std::ios::binary);
+    std::vector<int32_t> h(256, 0);
+    h[0] = 20240327, h[1] = 2, h[2] = B, h[3] = T;
+    put(f, h);
+    put(f, x);
+    put(f, y);
+    put(f, std::vector<float>(logits.begin(), logits.end()));
+    put(f, std::vector<float>{float(loss)});
+    put(f, std::vector<float>(gr.begin(), gr.end()));
+  };
+  write_state(state, grads);
+  grads[o.wpe + 3] += 0.5;
+  write_state(wrong, grads);
+
+  const std::string files = "--device cuda --model " + model + " --state ";
+  for (const char* prec : {"fp32", "bf16"}) {
+    const RunResult r = run_ringzero("verify " + files + state + " --precision " + prec);
+    INFO(prec << ":\n" << r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("verify: OK") != std::string::npos);
+  }
+  const RunResult w = run_ringzero("verify " + files + wrong);
+  INFO(w.output);
+  CHECK(w.status != 0);
+  fs::remove_all(dir);
+}
