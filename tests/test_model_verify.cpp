@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "test_model_reference.h"
 

@@ -17,7 +17,7 @@
 #include "comm/factory.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
 #include "train/generate.h"

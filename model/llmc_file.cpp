@@ -1,5 +1,5 @@
-// model/checkpoint.cpp: llm.c model and debug-state files (see checkpoint.h).
-#include "model/checkpoint.h"
+// model/llmc_file.cpp: llm.c model and debug-state files (see llmc_file.h).
+#include "model/llmc_file.h"
 
 #include "base/file.h"
 

@@ -1,4 +1,4 @@
-// model/checkpoint.h: llm.c's model and debug-state files.
+// model/llmc_file.h: llm.c's model and debug-state files.
 //
 // Both start with a header of 256 little-endian int32.
 //   model file   [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp,

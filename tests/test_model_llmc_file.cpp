@@ -12,7 +12,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/layout.h"
 
 using namespace rz;
