@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build pkg-config
       libeigen3-dev catch2 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
-      fortunes)
+      fortunes clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
