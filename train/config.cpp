@@ -71,7 +71,8 @@ const KeyDef kKeys[] = {
   {"save_dir", &TrainConfig::save_dir, "directory for step_NNNNNNNN checkpoints (empty: none)"},
   {"save_every", &TrainConfig::save_every, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, "keep the newest N complete checkpoints (0: all)"},
-  {"resume", &TrainConfig::resume, "continue from the newest complete checkpoint in save_dir"},
+  {"resume", &TrainConfig::resume, "no; yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
+  {"overwrite", &TrainConfig::overwrite, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
   {"eval_every", &TrainConfig::eval_every, "validation loss every n steps, and at the end (0: never)"},
   {"eval_batches", &TrainConfig::eval_batches, "validation batches per rank per evaluation"},
   {"sample_every", &TrainConfig::sample_every, "print a generated sample every m steps, and at the end (0: never)"},
@@ -158,6 +159,12 @@ void set_config_value(TrainConfig& cfg, const std::string& key, const std::strin
         T& dst = cfg.*member;
         if constexpr (std::is_same_v<T, std::string>) {
           dst = value;
+          if (std::string(name) == "resume") {  // a yes/no key with a third value, auto
+            if (value == "true" || value == "1" || value == "on" || value.empty()) dst = "yes";
+            if (value == "false" || value == "0" || value == "off") dst = "no";
+            RZ_CHECK(dst == "no" || dst == "yes" || dst == "auto",
+                     "resume: expected no, yes or auto (or true/false), found '%s'", value.c_str());
+          }
         } else if constexpr (std::is_same_v<T, bool>) {
           if (value == "true" || value == "1" || value == "yes" || value == "on") dst = true;
           else if (value == "false" || value == "0" || value == "no" || value == "off") dst = false;
@@ -214,6 +221,8 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
     std::string text;
     if (kind == "string" && node.is_string()) {
       text = *node.value<std::string>();
+    } else if (key == "resume" && node.is_boolean()) {  // resume = true / false
+      text = *node.value<bool>() ? "yes" : "no";
     } else if (kind == "bool" && node.is_boolean()) {
       text = *node.value<bool>() ? "true" : "false";
     } else if (kind == "int" && node.is_integer()) {
@@ -279,8 +288,11 @@ void validate_config(const TrainConfig& c) {
   non_negative("grad_clip", c.grad_clip);
   RZ_CHECK(c.comm_timeout > 0, "comm_timeout: expected seconds > 0, found %g", c.comm_timeout);
   RZ_CHECK(c.bucket_mb > 0, "bucket_mb: expected MiB > 0, found %g", c.bucket_mb);
-  RZ_CHECK(!c.resume || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
-  RZ_CHECK(!c.resume || c.init.empty(),
+  RZ_CHECK(c.resume == "no" || c.resume == "yes" || c.resume == "auto",
+           "resume: expected no, yes or auto, found '%s'", c.resume.c_str());
+  RZ_CHECK(!c.resuming() || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
+  RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
+  RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
 }
 
@@ -314,17 +326,26 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
     CLI::Option* o;
     if (k.field.index() == 4)
       o = app.add_flag(flag + "{true}", given[k.name], k.help);
+    else if (std::string(k.name) == "resume")  // --resume, --resume=auto (and --resume auto, below)
+      o = app.add_flag(flag + "{yes}", given[k.name], k.help);
     else
       o = app.add_option(flag, given[k.name], k.help)->type_name(kind_of(k.field));
     o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     const std::string def = get_config_value(TrainConfig{}, k.name);
-    if (!def.empty() && k.field.index() != 4) o->default_str(k.field.index() == 3 ? strfmt("%g", std::stod(def)) : def);  // a repeated flag: the last one wins
+    if (!def.empty() && k.field.index() != 4 && std::string(k.name) != "resume") o->default_str(k.field.index() == 3 ? strfmt("%g", std::stod(def)) : def);  // a repeated flag: the last one wins
     opts.emplace_back(k.name, o);
   }
   // "--save-dir=" means an empty value; CLI11 would take the next argument instead.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11's vector form wants the arguments reversed
     std::string a = argv[i];
+    // "--resume auto" (a value after the flag) is "--resume=auto"; a bare --resume stays a flag.
+    if (i >= 2 && std::string(argv[i - 1]) == "--resume" &&
+        (a == "auto" || a == "yes" || a == "no" || a == "true" || a == "false")) {
+      args.push_back("--resume=" + a);
+      --i;
+      continue;
+    }
     if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=') {
       args.emplace_back("");
       a.pop_back();
