@@ -19,7 +19,7 @@ if [ "$what" = all ] || [ "$what" = asan ]; then
   # Leaks are findings too; a forked rank that exits through _exit is not checked.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure --timeout 1200 -E test_cuda
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 1200 -E test_cuda
 fi
 
 if [ "$what" = all ] || [ "$what" = tsan ]; then
@@ -30,5 +30,5 @@ if [ "$what" = all ] || [ "$what" = tsan ]; then
   cmake --build build-tsan --parallel "$jobs" --target "${tsan_tests[@]}"
   regex="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure --timeout 1200 -R "$regex"
+    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 1200 -R "$regex"
 fi
