@@ -1,6 +1,7 @@
 // comm/factory.cpp: a rank's identity from the environment, and connect_communicator.
 #include "comm/factory.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,16 @@ std::string host_identity() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
   return std::string(host) + "/" + boot;
+}
+
+// Where rank 0's store listens: the master address itself when it is an IPv4 literal or a
+// loopback name (so a loopback job never listens on the network); all interfaces for
+// another host name, whose local resolution may differ from the other nodes' (127.0.1.1).
+std::string store_bind_host(const std::string& master_addr) {
+  in_addr a{};
+  if (inet_pton(AF_INET, master_addr.c_str(), &a) == 1) return master_addr;
+  if (master_addr == "localhost") return "127.0.0.1";
+  return "";
 }
 
 }  // namespace
@@ -100,9 +111,20 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
   RZ_CHECK(env.job_token.size() <= 63, "RINGZERO_JOB_TOKEN: expected at most 63 characters, found %zu",
            env.job_token.size());
 
+  // The store listens on the master address only (a loopback job stays off the network).
+  // The nonce (set by ringzero's launcher for a single-node job) keeps another job's ranks
+  // out; the claim refuses a second process with this rank (torchrun or srun jobs too).
+  const char* nonce_env = std::getenv("RINGZERO_JOB_NONCE");
+  const std::string nonce = nonce_env != nullptr ? nonce_env : "";
   std::shared_ptr<StoreServer> server;
-  if (env.rank == 0) server = std::make_shared<StoreServer>(env.master_port, env.job_token);
-  StoreClient store(env.master_addr, env.master_port, env.job_token, opts.timeout_s);
+  if (env.rank == 0) server = std::make_shared<StoreServer>(store_bind_host(env.master_addr), env.master_port, env.job_token, nonce);
+  StoreClient store(env.master_addr, env.master_port, env.job_token, opts.timeout_s, nonce);
+  std::string holder;
+  const std::string me = strfmt("pid %d on %s", static_cast<int>(getpid()), host_identity().c_str());
+  RZ_CHECK(store.claim(strfmt("rank/%d", env.rank), me, &holder),
+           "rendezvous: rank %d is already taken in the store at %s:%d (by %s): two jobs share MASTER_PORT and "
+           "RINGZERO_JOB_TOKEN, or two processes were given RANK=%d",
+           env.rank, env.master_addr.c_str(), env.master_port, holder.c_str(), env.rank);
 
   std::string transport = opts.transport;
   store.set(strfmt("host/%d", env.rank), host_identity());

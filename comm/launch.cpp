@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,10 +25,15 @@ namespace rz {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+volatile sig_atomic_t g_stop_count = 0;
+void on_stop_signal(int sig) {
+  if (g_stop_signal == 0) g_stop_signal = sig;
+  g_stop_count = g_stop_count + 1;
+}
 
 struct Child {
   int rank = 0;
+  uint64_t exit_order = 0;  // when its exit was seen (1, 2, ...); 0 while running
   pid_t pid = -1;
   int err_fd = -1;        // read end of the child's stderr pipe
   std::string pending;    // stderr bytes not yet ending in a newline
@@ -83,8 +90,11 @@ void signal_running(std::vector<Child>& children, int sig) {
     if (c.running) kill(c.pid, sig);
 }
 
-// Reap every child that has exited; returns how many are still running.
+// Reap every child that has exited; returns how many are still running. Children seen
+// in the same pass share an exit_order (their order within it is unknown).
 int reap(std::vector<Child>& children) {
+  static uint64_t pass = 0;
+  ++pass;
   int running = 0;
   for (auto& c : children) {
     if (!c.running) continue;
@@ -93,12 +103,21 @@ int reap(std::vector<Child>& children) {
     if (r == c.pid) {
       c.running = false;
       c.status = decode_status(wstatus);
+      c.exit_order = pass;
       drain_stderr(c, true);
     } else {
       ++running;
     }
   }
   return running;
+}
+
+// A knock-on failure: a rank that only saw another rank go away.
+bool looks_like_knock_on(const std::string& line) {
+  for (const char* s : {"closed the connection", "closed its", "died", "hung up", "peer", "connection closed",
+                        "Broken pipe", "Connection reset"})
+    if (line.find(s) != std::string::npos) return true;
+  return false;
 }
 
 void pump_stderr(std::vector<Child>& children, int timeout_ms) {
@@ -191,6 +210,10 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
   sigaction(SIGTERM, &sa, &old_term);
   g_stop_signal = 0;
 
+  // A per-launch nonce lets the store refuse ranks of another job that shares the port and
+  // token. Nodes of a multi-node job are launched separately and cannot share one.
+  const std::string nonce = opts.nnodes == 1 ? random_job_token() : "";
+  const pid_t launcher_pid = getpid();
   std::vector<Child> children(static_cast<size_t>(opts.nproc_per_node));
   for (int local = 0; local < opts.nproc_per_node; ++local) {
     Child& c = children[static_cast<size_t>(local)];
@@ -207,11 +230,19 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
         "RINGZERO_JOB_TOKEN=" + token,
         "RINGZERO_LAUNCHED=1",
     };
+    if (!nonce.empty()) env_kv.push_back("RINGZERO_JOB_NONCE=" + nonce);
     std::vector<std::string> args = child_argv;
     pid_t pid = fork();
     RZ_SYSCHECK(pid, "launcher: fork() for rank %d", c.rank);
     if (pid == 0) {
       // Child: stderr into the pipe, rank variables into the environment, then exec.
+      // A launcher that dies (even by SIGKILL) takes its ranks with it: SIGTERM, which a
+      // training rank answers by finishing its step and saving (base/stop_signal.h).
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(128 + SIGTERM);  // it died before prctl
+      // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes
+      // it on once (a rank hit twice, by the terminal and the launcher, would not save).
+      setpgid(0, 0);
       dup2(pipefd[1], STDERR_FILENO);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
@@ -233,22 +264,35 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   bool killed = false;
+  int stop_signals_seen = 0;
   for (;;) {
     pump_stderr(children, 50);
     int running = reap(children);
     if (!stopping) {
-      for (auto& c : children)
-        if (!c.running && c.status != 0) {
-          first_failed = c.rank - opts.node_rank * opts.nproc_per_node;
-          break;
+      // The earliest failure; among ranks seen in the same reap, one that failed on its own
+      // before one that only saw a peer go away.
+      for (size_t i = 0; i < children.size(); ++i) {
+        const Child& c = children[i];
+        if (c.running || c.status == 0) continue;
+        if (first_failed < 0) {
+          first_failed = static_cast<int>(i);
+          continue;
         }
+        const Child& f = children[static_cast<size_t>(first_failed)];
+        if (c.exit_order < f.exit_order ||
+            (looks_like_knock_on(f.last_line) && !looks_like_knock_on(c.last_line)))
+          first_failed = static_cast<int>(i);
+      }
       if (first_failed >= 0 || g_stop_signal != 0) {
         stopping = true;
         signal_running(children, SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<long>(opts.stop_grace_s * 1000));
+        // A stop signal gives the ranks time to finish their step and save a checkpoint.
+        const double grace = first_failed >= 0 ? opts.stop_grace_s : opts.signal_grace_s;
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(grace * 1000));
+        stop_signals_seen = g_stop_count;
       }
-    } else if (!killed && std::chrono::steady_clock::now() > stop_deadline) {
+    } else if (!killed && (std::chrono::steady_clock::now() > stop_deadline || g_stop_count > stop_signals_seen)) {
+      // The grace period is over, or the user asked twice.
       signal_running(children, SIGKILL);
       killed = true;
     }
@@ -266,7 +310,8 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
     return c.status;
   }
   if (g_stop_signal != 0) {
-    std::fprintf(stderr, "ringzero: interrupted (signal %d); stopped all ranks\n", static_cast<int>(g_stop_signal));
+    std::fprintf(stderr, "ringzero: interrupted (signal %d, %s); stopped all ranks%s\n", static_cast<int>(g_stop_signal),
+                 strsignal(g_stop_signal), killed ? " (some were killed before they could save)" : "");
     return 128 + g_stop_signal;
   }
   return 0;

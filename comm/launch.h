@@ -10,8 +10,10 @@
 // line as "[rank R] ..."; stdout is inherited untouched (rank 0's live progress line).
 // When a child fails (non-zero exit or a signal) the launcher stops the others (SIGTERM,
 // then SIGKILL after a grace period), prints which rank failed and its last error line,
-// and returns that rank's status. Ctrl-C (SIGINT) or SIGTERM to the launcher stops all
-// ranks the same way.
+// and returns that rank's status (the earliest failure, not a knock-on one). Ctrl-C (SIGINT)
+// or SIGTERM to the launcher is passed on to the ranks as SIGTERM; a training rank finishes
+// its step, saves and exits (base/stop_signal.h); a second signal kills them. A launcher
+// that dies takes its ranks with it (PR_SET_PDEATHSIG).
 #pragma once
 
 #include <string>
@@ -27,6 +29,9 @@ struct LaunchOptions {
   int master_port = 0;        // 0: pick a free port (single node only)
   std::string job_token;      // empty: RINGZERO_JOB_TOKEN from the environment, else random (single node)
   double stop_grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the other ranks
+  // SIGTERM -> SIGKILL delay after SIGINT/SIGTERM to the launcher: ranks finish their step
+  // and save first. A second signal kills at once.
+  double signal_grace_s = 300.0;
 };
 
 // Runs child_argv (child_argv[0] is the program to exec, e.g. self_executable()) once per

@@ -81,17 +81,28 @@ Socket Socket::connect_to(const std::string& host, int port, double deadline, co
   RZ_FAIL("%s: could not connect to %s:%d before the timeout (%s)", what, host.c_str(), port, last_err.c_str());
 }
 
-Socket Socket::listen_on(int port, const char* what) {
+Socket Socket::listen_on(int port, const char* what, const std::string& bind_host) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!bind_host.empty()) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = getaddrinfo(bind_host.c_str(), nullptr, &hints, &res);
+    RZ_CHECK(rc == 0 && res != nullptr, "%s: cannot resolve host '%s': %s", what, bind_host.c_str(), gai_strerror(rc));
+    a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   RZ_SYSCHECK(fd, "%s: socket()", what);
   Socket s(fd);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  RZ_SYSCHECK(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), "%s: cannot bind port %d", what, port);
+  RZ_SYSCHECK(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), "%s: cannot bind %s:%d", what,
+              bind_host.empty() ? "*" : bind_host.c_str(), port);
   RZ_SYSCHECK(::listen(fd, 128), "%s: listen on port %d", what, port);
   return s;
 }

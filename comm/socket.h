@@ -33,8 +33,8 @@ class Socket {
 
   // Connects, retrying refused connections (the listener may not be up yet) until deadline.
   static Socket connect_to(const std::string& host, int port, double deadline, const char* what);
-  // Listens on all interfaces; port 0 picks a free one.
-  static Socket listen_on(int port, const char* what);
+  // Listens on bind_host's address (empty: all interfaces); port 0 picks a free one.
+  static Socket listen_on(int port, const char* what, const std::string& bind_host = "");
   // Waits up to deadline for a connection; invalid Socket on timeout. peer gets "ip:port".
   Socket accept_until(double deadline, std::string* peer) const;
   int local_port() const;

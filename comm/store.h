@@ -2,11 +2,20 @@
 //
 // Ranks find each other through it: shared-memory names, tcp listen addresses, hostnames.
 // Wire format, both directions: frames of [u32 length][length bytes], length <= 1 MiB.
-//   client hello   "RZ1 " + job token          -> server answers "OK" or logs and hangs up
+//   client hello   "RZ1 " + job token [+ "\n" + job nonce]
+//                                              -> "OK"; "NO <why>" for another job's nonce;
+//                                                 a wrong token is logged and hung up on
 //   set            'S' [u32 klen] key value    -> "OK"
+//   claim          'C' [u32 klen] key value    -> "OK" (key was free, now set) or 'X' + the
+//                                                 value that holds it (a duplicate rank)
 //   get            'G' [u32 klen] key [u32 ms] -> 'V' value, or 'T' when ms passed first
 // A connection with a wrong token, an oversized frame or a malformed request is logged to
 // stderr (with the peer's address) and closed; the store keeps serving everyone else.
+// The job nonce is a random value the launcher gives the ranks of one single-node job, so
+// a rank of another job that shares the port and token is refused at the hello.
+// Serving: one thread per live connection, at most max_connections at once (more are
+// refused at accept), and finished threads are joined as the store goes, so a stream of
+// short connections costs nothing that stays.
 #pragma once
 
 #include <atomic>
@@ -15,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -24,37 +34,62 @@ namespace rz {
 
 constexpr size_t kStoreMaxFrame = 1u << 20;
 
+// One client request, split out of its frame (parse_store_request: empty op when malformed).
+struct StoreRequest {
+  char op = 0;  // 'S', 'C' or 'G'
+  std::string key, value;
+  uint32_t wait_ms = 0;  // 'G' only
+};
+StoreRequest parse_store_request(std::string_view frame);
+// A hello frame: true and the token and nonce (empty when absent) when it is one.
+bool parse_store_hello(std::string_view frame, std::string& token, std::string& nonce);
+
 class StoreServer {
  public:
-  // Listens on port (0: a free one) on all interfaces. Serving runs on its own threads.
-  StoreServer(int port, std::string job_token);
+  // Listens on bind_host (empty: all interfaces) at port (0: a free one); serving runs on
+  // its own threads. job_nonce empty: any nonce (or none) is accepted.
+  StoreServer(const std::string& bind_host, int port, std::string job_token, std::string job_nonce = "",
+              int max_connections = 256);
+  // Loopback only: tests and single-host jobs.
+  StoreServer(int port, std::string job_token) : StoreServer("127.0.0.1", port, std::move(job_token)) {}
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
   int port() const { return port_; }
   size_t refused() const { return refused_.load(); }  // connections refused so far
+  size_t live_connections() const { return live_.load(); }
 
  private:
+  struct Conn {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   void accept_loop();
+  void reap_finished();
   void serve(Socket conn, std::string peer);
+  void refuse(const std::string& peer, const std::string& why);
 
-  std::string token_;
+  std::string token_, nonce_;
+  int max_connections_;
   Socket listener_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<size_t> refused_{0};
+  std::atomic<size_t> refused_{0}, live_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
-  std::vector<std::thread> threads_;  // guarded by mu_
+  std::vector<Conn> conns_;  // touched by the acceptor thread and the destructor only
   std::thread acceptor_;
 };
 
 class StoreClient {
  public:
   // Connects (retrying until timeout_s while rank 0 starts up) and presents the token.
-  StoreClient(const std::string& host, int port, const std::string& job_token, double timeout_s);
+  StoreClient(const std::string& host, int port, const std::string& job_token, double timeout_s,
+              const std::string& job_nonce = "");
   void set(const std::string& key, const std::string& value);
+  // Sets key only if nobody has: true; else false and *holder gets the value that holds it.
+  bool claim(const std::string& key, const std::string& value, std::string* holder);
   // Waits up to the client's timeout for the key to appear.
   std::string get(const std::string& key);
   // This end's IP address as the store sees it: reachable by the other ranks.

@@ -130,6 +130,20 @@ DataLoader::~DataLoader() = default;
 void DataLoader::set_vocab_bound(int vocab_size) {
   RZ_CHECK(vocab_size >= 1, "data loader: vocab bound %d must be >= 1", vocab_size);
   impl_->vocab_bound = vocab_size;
+  // Checked up front, at memory speed, so a bad id stops the run before step 1 rather
+  // than whenever its window happens to be drawn.
+  if (vocab_size >= 65536) return;
+  for (const auto& sh : impl_->shards) {
+    const uint16_t* t = sh->tokens();
+    const uint64_t n = sh->count();
+    uint16_t hi = 0;
+    for (uint64_t i = 0; i < n; ++i) hi = std::max(hi, t[i]);
+    if (hi < vocab_size) continue;
+    uint64_t at = 0;
+    while (t[at] < vocab_size) ++at;
+    RZ_FAIL("%s: token id %d at position %llu is outside the tokenizer's vocab [0, %d)", sh->path().c_str(),
+            static_cast<int>(t[at]), static_cast<unsigned long long>(at), vocab_size);
+  }
 }
 
 void DataLoader::next_batch(int* inputs, int* targets) {

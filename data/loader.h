@@ -38,8 +38,9 @@ class DataLoader {
   void restore(const LoaderState& s);
   void reset();  // back to epoch 0, window 0 (the validation loader does this per eval)
 
-  // Every token served must be < vocab_size (the tokenizer's); next_batch throws rz::Error
-  // naming the shard otherwise. Default 65536 (any uint16).
+  // Every token must be < vocab_size (the tokenizer's): every shard is scanned here (one
+  // pass at memory speed) and the first bad id is a rz::Error naming the shard and
+  // position; next_batch checks again. Default 65536 (any uint16).
   void set_vocab_bound(int vocab_size);
 
   uint64_t num_windows() const;     // windows in one epoch across all ranks

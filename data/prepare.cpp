@@ -22,8 +22,11 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -183,17 +186,6 @@ void make_dirs(const std::string& dir) {
   RZ_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "--out %s: not a directory", dir.c_str());
 }
 
-// Removes {train,val}_NNNNNN.bin left in dir by an earlier, larger run.
-void remove_stale_shards(const std::string& dir, const std::set<std::string>& keep) {
-  for (const char* split : {"train", "val"}) {
-    std::string pat = dir + "/" + split + "_[0-9][0-9][0-9][0-9][0-9][0-9].bin";
-    for (const std::string& path : glob_paths(pat, "--out")) {
-      std::string name = path.substr(path.rfind('/') + 1);
-      if (!keep.count(name)) ::unlink(path.c_str());
-    }
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, bool split_fortunes) {
@@ -241,6 +233,97 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
   return out;
 }
 
+namespace {
+
+// The build directory beside out_dir: "<parent>/.<name>.prepare.<pid>".
+std::string staging_prefix(const std::string& out_dir) {
+  std::string d = out_dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+  const std::string name = slash == std::string::npos ? d : d.substr(slash + 1);
+  return parent + "/." + name + ".prepare.";
+}
+
+void remove_tree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+bool is_prepare_output(const std::string& name) {
+  if (name == "meta.json" || name == "tokenizer.bin") return true;
+  for (const char* split : {"train_", "val_"}) {
+    const size_t n = std::char_traits<char>::length(split);
+    if (name.rfind(split, 0) == 0 && ends_with(name, ".bin") && name.size() == n + 6 + 4 &&
+        name.find_first_not_of("0123456789", n) == n + 6)
+      return true;
+  }
+  return name.find(".tmp.") != std::string::npos;  // a file an interrupted writer left
+}
+
+// Staging directories of earlier runs whose process is gone (killed mid-prepare).
+void remove_dead_staging(const std::string& out_dir) {
+  const std::string prefix = staging_prefix(out_dir);
+  const std::string parent = prefix.substr(0, prefix.rfind('/'));
+  const std::string base = prefix.substr(prefix.rfind('/') + 1);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(base, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + base.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path().string());
+  }
+}
+
+// For file systems without RENAME_EXCHANGE: out -> out.old, stage -> out, out.old -> stage.
+// A crash between the first two renames leaves the old set complete in out.old.
+bool swap_by_two_renames(const std::string& stage, const std::string& out) {
+  const std::string old = stage + ".old";
+  if (::rename(out.c_str(), old.c_str()) != 0) return false;
+  if (::rename(stage.c_str(), out.c_str()) != 0) {
+    (void)::rename(old.c_str(), out.c_str());
+    return false;
+  }
+  return ::rename(old.c_str(), stage.c_str()) == 0;
+}
+
+}  // namespace
+
+void check_prepared_dir(const std::string& dir) {
+  const std::string meta_path = dir + "/meta.json";
+  std::ifstream in(meta_path);
+  if (!in.good()) return;  // shards from elsewhere (llm.c's scripts): nothing to compare with
+  nlohmann::json meta = nlohmann::json::parse(in, nullptr, false);
+  RZ_CHECK(!meta.is_discarded() && meta.is_object(), "%s: malformed JSON (re-run `ringzero prepare`)",
+           meta_path.c_str());
+  for (const char* split : {"train", "val"}) {
+    const std::string key = std::string(split) + "_shards";
+    std::set<std::string> listed, present;
+    uint64_t tokens = 0;
+    try {
+      for (const auto& n : meta.at(key)) listed.insert(n.get<std::string>());
+    } catch (const std::exception&) {
+      RZ_FAIL("%s: no '%s' list (not written by `ringzero prepare`?)", meta_path.c_str(), key.c_str());
+    }
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(std::string(split) + "_", 0) == 0 && is_prepare_output(name) && name.find(".tmp.") == std::string::npos) {
+        present.insert(name);
+        if (listed.count(name)) tokens += (static_cast<uint64_t>(e.file_size(ec)) - std::min<uint64_t>(1024, e.file_size(ec))) / 2;
+      }
+    }
+    uint64_t want = 0;
+    if (meta.contains(std::string(split) + "_tokens") && meta[std::string(split) + "_tokens"].is_number_unsigned())
+      want = meta[std::string(split) + "_tokens"].get<uint64_t>();
+    RZ_CHECK(listed == present && tokens == want,
+             "%s: meta.json lists %zu %s shards with %llu tokens, but the directory holds %zu with %llu: a mix of "
+             "two `ringzero prepare` runs? Re-run prepare into this directory",
+             dir.c_str(), listed.size(), split, static_cast<unsigned long long>(want), present.size(),
+             static_cast<unsigned long long>(tokens));
+  }
+}
+
 PrepareStats prepare_dataset(const PrepareOptions& opt) {
   RZ_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction %g: expected 0 <= F < 1",
            opt.val_fraction);
@@ -257,8 +340,29 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   PrepareStats stats;
   stats.sources = expand_inputs(opt.inputs, opt.split_fortunes);
   make_dirs(opt.out_dir);
+  // Everything is built in a staging directory beside out_dir and swapped in whole at the
+  // end, so out_dir holds either the old complete set or the new one, never a mix. A
+  // directory with other files in it is not ours to swap.
+  {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(opt.out_dir, ec))
+      RZ_CHECK(is_prepare_output(e.path().filename().string()),
+               "--out %s: holds %s, which prepare did not write; choose an empty or new directory",
+               opt.out_dir.c_str(), e.path().filename().c_str());
+  }
+  remove_dead_staging(opt.out_dir);
+  const std::string stage = staging_prefix(opt.out_dir) + std::to_string(::getpid());
+  remove_tree(stage);
+  make_dirs(stage);
+  struct StageGuard {  // an error (or an exception) removes the half-built directory
+    std::string dir;
+    bool keep = false;
+    ~StageGuard() {
+      if (!keep) remove_tree(dir);
+    }
+  } guard{stage};
 
-  SplitWriter train(opt.out_dir, "train", opt.shard_tokens), val(opt.out_dir, "val", opt.shard_tokens);
+  SplitWriter train(stage, "train", opt.shard_tokens), val(stage, "val", opt.shard_tokens);
   DocumentEncoder docs(*tok, &train, &val, opt.val_fraction, opt.seed, &stats);
   Progress progress(opt.progress);
   std::vector<char> buf(kChunkBytes);
@@ -315,7 +419,7 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   stats.val_shards = val.names();
   progress.update(stats.bytes, stats.train_tokens + stats.val_tokens, true);
 
-  write_llmc_tokenizer(*tok, opt.out_dir + "/tokenizer.bin");
+  write_llmc_tokenizer(*tok, stage + "/tokenizer.bin");
   nlohmann::json meta = {
       {"tokenizer", tok->name()},
       {"vocab_size", tok->vocab_size()},
@@ -333,10 +437,15 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
       {"split_fortunes", opt.split_fortunes},
       {"format", "llm.c token shards: 256 x int32 header (20240520, 1, count), uint16 tokens"},
   };
-  write_file_atomic(opt.out_dir + "/meta.json", meta.dump(2) + "\n");
-  std::set<std::string> keep(stats.train_shards.begin(), stats.train_shards.end());
-  keep.insert(stats.val_shards.begin(), stats.val_shards.end());
-  remove_stale_shards(opt.out_dir, keep);
+  write_file_atomic(stage + "/meta.json", meta.dump(2) + "\n");
+  // The swap: renameat2(RENAME_EXCHANGE) trades the two directories in one step; the old set
+  // then sits in the staging path and is removed.
+  if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, opt.out_dir.c_str(), RENAME_EXCHANGE) != 0 &&
+      !((errno == EINVAL || errno == ENOSYS) && swap_by_two_renames(stage, opt.out_dir))) {
+    RZ_FAIL("--out %s: cannot swap in the new shards from %s: %s", opt.out_dir.c_str(), stage.c_str(),
+            errno_string().c_str());
+  }
+  fsync_directory(staging_prefix(opt.out_dir).substr(0, staging_prefix(opt.out_dir).rfind('/')));
   stats.seconds = progress.seconds();
   stats.cpu_seconds = progress.cpu_seconds();
   return stats;

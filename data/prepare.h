@@ -34,6 +34,12 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, b
 
 // Streams every input through the tokenizer into shards; memory stays bounded whatever the
 // input size. Throws rz::Error naming the file or option on bad input.
+// Builds in "<parent>/.<name>.prepare.<pid>" and swaps it with out_dir at the end, so
+// out_dir always holds one complete run's shards; out_dir must hold nothing else.
 PrepareStats prepare_dataset(const PrepareOptions& opt);
+
+// When dir has prepare's meta.json: its shard lists and token counts must match the
+// shards in dir (train refuses a mix of two runs). No meta.json: nothing to check.
+void check_prepared_dir(const std::string& dir);
 
 }  // namespace rz

@@ -4,10 +4,13 @@
 // (magic 20240328, version, vocab size, EOT id; version 1 has no EOT field and means GPT-2's
 // 50256), then every token in id order as one length byte (1..255) and that many bytes.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "base/check.h"
 #include "data/shard.h"
@@ -134,12 +137,38 @@ void write_llmc_tokenizer(const Tokenizer& tok, const std::string& path) {
   write_file_atomic(path, bytes);
 }
 
+std::string default_gpt2_dir() {
+  auto has_files = [](const std::string& d) {
+    struct stat st;
+    return stat((d + "/encoder.json").c_str(), &st) == 0 && stat((d + "/vocab.bpe").c_str(), &st) == 0;
+  };
+  if (const char* env = std::getenv("RINGZERO_GPT2_DIR"); env != nullptr && *env != 0) return env;
+  std::vector<std::string> candidates;
+#ifdef RINGZERO_GPT2_SOURCE_DIR
+  candidates.emplace_back(RINGZERO_GPT2_SOURCE_DIR);  // the repository this binary was built from
+#endif
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {  // a copied tree: <repo>/build/ringzero or <prefix>/bin/ringzero
+    exe[n] = 0;
+    std::string dir(exe);
+    dir = dir.substr(0, dir.rfind('/'));
+    for (const char* rel : {"/../data/gpt2", "/../../data/gpt2", "/../share/ringzero/gpt2"})
+      candidates.push_back(dir + rel);
+  }
+  for (const auto& c : candidates)
+    if (has_files(c)) return c;
+  return "";
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& gpt2_dir) {
   if (spec == "byte") return make_byte_tokenizer();
   if (spec == "gpt2") {
-    RZ_CHECK(!gpt2_dir.empty(),
-             "tokenizer gpt2 needs the directory holding encoder.json and vocab.bpe (--gpt2-dir)");
-    return make_gpt2_tokenizer(gpt2_dir);
+    const std::string dir = gpt2_dir.empty() ? default_gpt2_dir() : gpt2_dir;
+    RZ_CHECK(!dir.empty(),
+             "tokenizer gpt2: encoder.json and vocab.bpe not found (the repository ships them in data/gpt2; "
+             "give --gpt2-dir or RINGZERO_GPT2_DIR)");
+    return make_gpt2_tokenizer(dir);
   }
   struct stat st;
   RZ_CHECK(stat(spec.c_str(), &st) == 0 && S_ISREG(st.st_mode),

@@ -39,7 +39,11 @@ std::unique_ptr<Tokenizer> make_gpt2_tokenizer(const std::string& dir);
 std::unique_ptr<Tokenizer> load_llmc_tokenizer(const std::string& path);
 void write_llmc_tokenizer(const Tokenizer& tok, const std::string& path);
 
-// By name: "byte", "gpt2" (needs gpt2_dir), or a path to a tokenizer.bin.
+// Where GPT-2's encoder.json and vocab.bpe are found without --gpt2-dir: RINGZERO_GPT2_DIR,
+// else the repository's data/gpt2 (which ships them), else data/gpt2 beside the binary's
+// tree. Empty when none has them.
+std::string default_gpt2_dir();
+// By name: "byte", "gpt2" (gpt2_dir empty: default_gpt2_dir()), or a path to a tokenizer.bin.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& gpt2_dir);
 
 }  // namespace rz

@@ -31,14 +31,14 @@ TEST_CASE("async collectives run in issue order and call OnDone on success") {
     // A blocking call issued after async ones runs after them.
     std::vector<float> b(10, 1.0f);
     c.all_reduce(b.data(), 10, DType::f32, ReduceOp::avg);
-    REQUIRE(h->done());
+    RANK_REQUIRE(h->done());
     for (auto& w : hs) w->wait();
     h->wait();
-    REQUIRE(order == std::vector<int>({0, 1, 2, 3, 4}));
-    for (int k = 0; k < 5; ++k) REQUIRE(bufs[k][7] == float(N * k * 1000 + 0 + 1 + 2));
-    REQUIRE(out[0] == 0.0f);
-    REQUIRE(out[99] == 2.0f);
-    REQUIRE(b[3] == 1.0f);
+    RANK_REQUIRE(order == std::vector<int>({0, 1, 2, 3, 4}));
+    for (int k = 0; k < 5; ++k) RANK_REQUIRE(bufs[k][7] == float(N * k * 1000 + 0 + 1 + 2));
+    RANK_REQUIRE(out[0] == 0.0f);
+    RANK_REQUIRE(out[99] == 2.0f);
+    RANK_REQUIRE(b[3] == 1.0f);
   });
   for (auto& e : errors) CHECK(e == "");
 }

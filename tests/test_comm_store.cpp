@@ -2,8 +2,15 @@
 // token, a garbage message and an oversized frame are refused while others are served.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "base/check.h"
 #include "comm/factory.h"
 #include "comm/socket.h"
 #include "comm/store.h"
@@ -118,4 +125,106 @@ TEST_CASE("rank_env_from_environment takes all of a rank's numbers from one laun
   CHECK(e.world_size == 1);
   for (const char* v : {"RANK", "SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(v);
   CHECK(std::string(rank_env_from_environment().launcher).empty());
+}
+
+namespace {
+using fs_iter = std::filesystem::directory_iterator;
+// Virtual memory of this process in kB (/proc/self/status VmSize).
+long vm_size_kb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stol(line.substr(7));
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("store: 5000 connect/close cycles leave no threads or memory behind (issue 11)") {
+  StoreServer server(0, "tok");
+  auto settle = [&] {
+    const double t0 = now_s();
+    while (server.live_connections() > 0 && now_s() - t0 < 10) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the acceptor joins the finished
+  };
+  // Warm-up: malloc's per-thread arenas (bounded in number) are reserved by the first threads.
+  for (int i = 0; i < 1000; ++i) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+  settle();
+  const long before = vm_size_kb();
+  const size_t threads_before = std::distance(fs_iter("/proc/self/task"), fs_iter());
+  for (int i = 0; i < 5000; ++i) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+  settle();
+  CHECK(server.live_connections() == 0);
+  CHECK(static_cast<size_t>(std::distance(fs_iter("/proc/self/task"), fs_iter())) <= threads_before + 2);
+  // A leaked thread costs its 8 MiB stack of address space; 5000 of them 40 GB. What may
+  // grow is glibc's per-thread malloc arenas: at most 8 per core, 64 MiB each, reserved once.
+  const long arenas_kb = 8L * std::max(1u, std::thread::hardware_concurrency()) * 64 * 1024;
+  CHECK(vm_size_kb() - before < arenas_kb + 256 * 1024);
+  StoreClient c("127.0.0.1", server.port(), "tok", 5.0);
+  c.set("still", "serving");
+  CHECK(c.get("still") == "serving");
+}
+
+TEST_CASE("store: connections past the limit are refused at once, and the store keeps serving") {
+  StoreServer server("127.0.0.1", 0, "tok", "", 8);
+  std::vector<Socket> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test"));
+  const double t0 = now_s();
+  while (server.live_connections() < 8 && now_s() - t0 < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  {  // the ninth is closed by the store
+    Socket s = Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+    char c;
+    REQUIRE_THROWS_AS(s.read_all(&c, 1, now_s() + 5), SocketClosed);
+  }
+  CHECK(server.refused() >= 1);
+  idle.clear();  // the idle ones hang up: room again
+  const double t1 = now_s();
+  while (server.live_connections() > 0 && now_s() - t1 < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  StoreClient c("127.0.0.1", server.port(), "tok", 5.0);
+  c.set("k", "v");
+  CHECK(c.get("k") == "v");
+}
+
+TEST_CASE("store: a loopback store listens on 127.0.0.1 only, not on every interface") {
+  StoreServer server("127.0.0.1", 0, "tok");
+  std::ifstream f("/proc/net/tcp");
+  std::string line, want = strfmt(":%04X", server.port());
+  bool found = false;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string sl, local, remote, state;
+    in >> sl >> local >> remote >> state;
+    if (state != "0A" || local.size() < 5 || local.substr(local.size() - 5) != want) continue;  // 0A: LISTEN
+    found = true;
+    CHECK(local.substr(0, 8) == "0100007F");  // 127.0.0.1, not 00000000
+  }
+  CHECK(found);
+}
+
+TEST_CASE("store: a rank of another job (its nonce differs) and a duplicate rank are refused") {
+  StoreServer server("127.0.0.1", 0, "tok", "nonce-of-job-a");
+  StoreClient a("127.0.0.1", server.port(), "tok", 5.0, "nonce-of-job-a");
+  REQUIRE_THROWS_WITH(StoreClient("127.0.0.1", server.port(), "tok", 5.0, "nonce-of-job-b"),
+                      Catch::Contains("refused this rank") && Catch::Contains("another job"));
+  std::string holder;
+  CHECK(a.claim("rank/1", "pid 1", &holder));
+  StoreClient b("127.0.0.1", server.port(), "tok", 5.0, "nonce-of-job-a");
+  CHECK_FALSE(b.claim("rank/1", "pid 2", &holder));
+  CHECK(holder == "pid 1");
+}
+
+TEST_CASE("store: request parsing refuses every malformed frame") {
+  CHECK(parse_store_request("").op == 0);
+  CHECK(parse_store_request("S").op == 0);
+  CHECK(parse_store_request(std::string("S\xff\xff\xff\xff", 5)).op == 0);  // key longer than the frame
+  CHECK(parse_store_request(std::string("G\x01\0\0\0k\x01\0", 8)).op == 0);  // short wait field
+  CHECK(parse_store_request(std::string("Q\0\0\0\0", 5)).op == 0);
+  StoreRequest r = parse_store_request(std::string("C\x01\0\0\0kv", 7));
+  CHECK(r.op == 'C');
+  CHECK(r.key == "k");
+  CHECK(r.value == "v");
+  std::string token, nonce;
+  CHECK_FALSE(parse_store_hello("RZ2 x", token, nonce));
+  CHECK(parse_store_hello("RZ1 t\nn", token, nonce));
+  CHECK(token == "t");
+  CHECK(nonce == "n");
 }

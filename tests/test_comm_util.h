@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +45,14 @@ struct Tensor {
     bf16 h; std::memcpy(&h, &bytes[i * 2], 2); return bf16_to_float(h);
   }
 };
+
+// Catch2's assertions are not thread-safe (ThreadSanitizer reports their counters): a rank
+// thread checks with RANK_REQUIRE, whose failure comes back through run_ranks' errors.
+#define RANK_REQUIRE(cond)                                                                        \
+  do {                                                                                            \
+    if (!(cond)) throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                                          ": RANK_REQUIRE(" #cond ") failed");                    \
+  } while (0)
 
 // Runs fn(rank) on one thread per rank; returns each rank's error message ("" if none).
 inline std::vector<std::string> run_ranks(int nranks, const std::function<void(int)>& fn) {

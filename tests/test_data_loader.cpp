@@ -181,11 +181,15 @@ TEST_CASE("a token id at or above the vocab bound is an error naming the shard")
   std::vector<int> t = {1, 2, 3, 4, 300, 5, 6, 7, 8};  // T=4: windows [1..300], [300..8]
   write_shard(dir.file("v.bin"), t.data(), t.size());
   DataLoader dl(dir.file("v.bin"), 1, 4, 0, 1, 0, false);
-  dl.set_vocab_bound(257);
+  // Caught when the bound is set (before step 1), not when the window is drawn (issue 11).
+  REQUIRE_THROWS_WITH(dl.set_vocab_bound(257), Catch::Contains("v.bin") && Catch::Contains("token id 300 at position 4") &&
+                                                   Catch::Contains("[0, 257)"));
+  // A bad id past the last whole window (which no window serves) is found too.
+  std::vector<int> tail = {1, 2, 3, 4, 5, 6, 7, 8, 9, 999};
+  write_shard(dir.file("tail.bin"), tail.data(), tail.size());
+  DataLoader dt(dir.file("tail.bin"), 1, 4, 0, 1, 0, false);
+  REQUIRE_THROWS_WITH(dt.set_vocab_bound(257), Catch::Contains("token id 999 at position 9"));
   std::vector<int> in(4), tg(4);
-  REQUIRE_THROWS_WITH(dl.next_batch(in.data(), tg.data()),
-                      Catch::Contains("v.bin") && Catch::Contains("token id 300 at position 4") &&
-                          Catch::Contains("[0, 257)"));
   DataLoader ok(dir.file("v.bin"), 1, 4, 0, 1, 0, false);
   ok.set_vocab_bound(301);
   ok.next_batch(in.data(), tg.data());

@@ -4,6 +4,8 @@
 // whole encode, tokenizer.bin, and bad input.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <sys/stat.h>
 
 #include <random>
@@ -19,13 +21,8 @@ using rz::testing::ScratchDir;
 
 namespace {
 
-const char* kGpt2Dir = "/work/shared/data/gpt2";
-
-bool have_gpt2() {
-  struct stat st;
-  return stat((std::string(kGpt2Dir) + "/encoder.json").c_str(), &st) == 0 &&
-         stat((std::string(kGpt2Dir) + "/vocab.bpe").c_str(), &st) == 0;
-}
+// The repository ships GPT-2's files; the test must fail, not skip, if they go missing.
+const std::string kGpt2Dir = RINGZERO_SOURCE_DIR "/data/gpt2";
 
 std::vector<std::string> pieces(std::string_view s) {
   std::vector<uint32_t> ends;
@@ -190,7 +187,7 @@ TEST_CASE("decode(encode(x)) == x for arbitrary bytes, and streaming encode == w
   std::vector<std::unique_ptr<Tokenizer>> toks;
   toks.push_back(make_byte_tokenizer());
   toks.push_back(make_gpt2_tokenizer(dir.path));
-  if (have_gpt2()) toks.push_back(make_gpt2_tokenizer(kGpt2Dir));
+  toks.push_back(make_gpt2_tokenizer(kGpt2Dir));
   std::mt19937 rng(1234);
   for (const auto& tok : toks) {
     for (int k = 0; k < 300; k++) {
@@ -203,11 +200,9 @@ TEST_CASE("decode(encode(x)) == x for arbitrary bytes, and streaming encode == w
 }
 
 TEST_CASE("GPT-2 BPE equals OpenAI's reference encoder on fixed strings") {
-  if (!have_gpt2()) {
-    WARN("skipped: GPT-2's encoder.json and vocab.bpe are not in " << kGpt2Dir);
-    return;
-  }
   auto tok = make_gpt2_tokenizer(kGpt2Dir);
+  // `--tokenizer gpt2` without --gpt2-dir finds the same files.
+  REQUIRE(make_tokenizer("gpt2", "")->vocab_size() == 50257);
   REQUIRE(tok->vocab_size() == 50257);
   REQUIRE(tok->eot() == 50256);
   // Ids from OpenAI's encoder.py (regex module, encoder.json, vocab.bpe).
@@ -315,5 +310,9 @@ TEST_CASE("bad tokenizer files give one-line errors naming the file") {
   REQUIRE_THROWS_WITH(make_tokenizer(dir.file("bad_tok.bin"), ""),
                       Catch::Contains("bad_tok.bin") && Catch::Contains("bad magic 0"));
   REQUIRE_THROWS_WITH(make_tokenizer("gpt3", ""), Catch::Contains("expected byte, gpt2"));
-  REQUIRE_THROWS_WITH(make_tokenizer("gpt2", ""), Catch::Contains("--gpt2-dir"));
+  // Without --gpt2-dir: RINGZERO_GPT2_DIR wins over the shipped files, and a wrong one is named.
+  setenv("RINGZERO_GPT2_DIR", "/nonexistent/gpt2", 1);
+  CHECK_THROWS_WITH(make_tokenizer("gpt2", ""), Catch::Contains("/nonexistent/gpt2/encoder.json"));
+  unsetenv("RINGZERO_GPT2_DIR");
+  CHECK(default_gpt2_dir() == RINGZERO_SOURCE_DIR "/data/gpt2");
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -49,6 +50,34 @@ TEST_CASE("a failing rank stops the others and its status is returned") {
   double seconds = seconds_since(t0);
   REQUIRE(status == 3);
   REQUIRE(seconds < 10.0);
+}
+
+TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 11)") {
+  LaunchOptions opts;
+  opts.nproc_per_node = 3;
+  opts.stop_grace_s = 2.0;
+  // Rank 2 fails first; ranks 0 and 1 fail a moment later because their peer went away.
+  int status = launch_local_ranks(
+      sh("if [ \"$RANK\" = 2 ]; then echo 'disk full' >&2; exit 7; fi; sleep 0.01; "
+         "echo 'rank 2 closed the connection' >&2; exit 1"),
+      opts);
+  CHECK(status == 7);
+}
+
+TEST_CASE("ranks get a job nonce and their own process group") {
+  char dir[] = "/tmp/rz_launch_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string out = std::string(dir) + "/n";
+  LaunchOptions opts;
+  opts.nproc_per_node = 2;
+  REQUIRE(launch_local_ranks(sh("echo \"$RINGZERO_JOB_NONCE $(ps -o pgid= -p $$) $$\" > " + out + ".$RANK"), opts) == 0);
+  std::string n0, n1, pg, pid;
+  std::ifstream(out + ".0") >> n0 >> pg >> pid;
+  std::ifstream(out + ".1") >> n1;
+  CHECK(n0.size() == 32);
+  CHECK(n0 == n1);
+  CHECK(n0 != std::string(std::getenv("RINGZERO_JOB_TOKEN") ? std::getenv("RINGZERO_JOB_TOKEN") : ""));
+  CHECK(pg == pid);  // a Ctrl-C in the terminal reaches the launcher only
 }
 
 TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {

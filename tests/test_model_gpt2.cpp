@@ -15,7 +15,7 @@
 #include "base/check.h"
 #include "base/memory.h"
 #include "kernels/cpu/adamw.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "test_model_reference.h"
 

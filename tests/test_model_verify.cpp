@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "run_ringzero.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "test_model_reference.h"
 

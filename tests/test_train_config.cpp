@@ -59,7 +59,7 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   CHECK(cfg.nproc_per_node == 2);
   CHECK(cfg.strategy == StrategyKind::zero1);
   CHECK(cfg.total_batch_tokens == 4096);
-  CHECK(cfg.resume);
+  CHECK(cfg.resume == "yes");
   CHECK(cfg.weight_decay == 0.0);
   CHECK(cfg.save_dir == "ck");
   TrainConfig cfg2 = cfg;
@@ -92,7 +92,19 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a number, found 'fast'");
   CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer, found '2x'");
   CHECK(error_of([&] { parse({"--no-such-flag", "1"}, cfg); }).find("--no-such-flag") != std::string::npos);
-  CHECK(error_of([&] { set_config_value(cfg, "resume", "maybe"); }) == "resume: expected true or false, found 'maybe'");
+  CHECK(error_of([&] { set_config_value(cfg, "resume", "maybe"); }) ==
+        "resume: expected no, yes or auto (or true/false), found 'maybe'");
+  // --resume alone is yes; --resume auto and --resume=auto take the newest intact checkpoint.
+  TrainConfig r1, r2, r3;
+  REQUIRE(parse({"--resume", "--save-dir", "ck"}, r1));
+  CHECK(r1.resume == "yes");
+  REQUIRE(parse({"--resume", "auto", "--save-dir", "ck"}, r2));
+  CHECK(r2.resume == "auto");
+  REQUIRE(parse({"--resume=auto", "--save-dir", "ck", "--overwrite"}, r3));
+  CHECK(r3.resume == "auto");
+  CHECK(r3.overwrite);
+  r3.data = "d/train_*.bin";
+  CHECK(error_of([&] { validate_config(r3); }).find("overwrite: cannot be combined with resume") == 0);
 }
 
 TEST_CASE("validation is a separate step that names the key") {
@@ -117,7 +129,7 @@ TEST_CASE("validation is a separate step that names the key") {
     return c;
   }()));
   CHECK(bad([](TrainConfig& c) { c.data.clear(); }).find("data:") == 0);
-  CHECK(bad([](TrainConfig& c) { c.resume = true; }).find("resume: needs save_dir") == 0);
+  CHECK(bad([](TrainConfig& c) { c.resume = "yes"; }).find("resume: needs save_dir") == 0);
   CHECK(bad([](TrainConfig& c) { c.node_rank = 2; c.nnodes = 2; c.master_port = 1234; }) == "node_rank: expected 0..1, found 2");
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/file.h"
@@ -269,6 +270,58 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
   RZ_CHECK(hole == covered.end(), "%s: the rank files leave parameter %lld without optimizer state",
            dir.c_str(), static_cast<long long>(hole - covered.begin()));
   return ck;
+}
+
+void probe_save_dir(const std::string& save_dir, int rank) {
+  std::error_code ec;
+  fs::create_directories(save_dir, ec);
+  RZ_CHECK(!ec && fs::is_directory(save_dir), "save_dir: cannot create %s: %s (checked before training, so no "
+           "work is lost)", save_dir.c_str(), ec ? ec.message().c_str() : "not a directory");
+  const std::string probe = (fs::path(save_dir) / strfmt(".write_probe.%d.%d", rank, static_cast<int>(::getpid()))).string();
+  try {
+    write_file_atomic(probe, "probe\n");
+  } catch (const Error& e) {
+    RZ_FAIL("save_dir: %s is not writable (%s); checked before training, so no work is lost", save_dir.c_str(),
+            e.what());
+  }
+  fs::remove(probe, ec);
+}
+
+std::vector<std::string> list_step_dirs(const std::string& save_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(save_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t layout_total, bool newest_intact,
+                                        std::string* notes) {
+  const auto done = list_complete_checkpoints(save_dir);
+  RZ_CHECK(newest_intact || !done.empty(), "resume: no complete checkpoint in %s", save_dir.c_str());
+  std::string newest_error;
+  for (size_t i = done.size(); i-- > 0;) {
+    LoadedCheckpoint ck;
+    try {
+      ck = load_checkpoint(done[i].second, layout_total);
+    } catch (const Error& e) {
+      if (newest_error.empty()) newest_error = e.what();
+      if (notes != nullptr) *notes += strfmt("skipped damaged checkpoint %s: %s\n", done[i].second.c_str(), e.what());
+      continue;
+    }
+    RZ_CHECK(newest_intact || newest_error.empty(),
+             "resume: the newest checkpoint %s is damaged (%s); the newest intact one is %s (step %llu): "
+             "--resume auto takes it", done.back().second.c_str(), newest_error.c_str(), ck.dir.c_str(),
+             static_cast<unsigned long long>(ck.step));
+    return ck;
+  }
+  RZ_CHECK(done.empty(), "resume: the newest checkpoint %s is damaged (%s), and no older one is intact",
+           done.back().second.c_str(), newest_error.c_str());
+  return LoadedCheckpoint{};  // auto, and nothing saved yet: a fresh start
 }
 
 }  // namespace rz

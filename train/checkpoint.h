@@ -78,6 +78,13 @@ std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const st
 // any incomplete directory older than the newest complete one.
 void prune_checkpoints(const std::string& save_dir, int keep);
 
+// Before step 1, on every rank: creates save_dir and writes and removes a probe file there,
+// so an unwritable directory is an error before any work is done (naming the directory).
+void probe_save_dir(const std::string& save_dir, int rank);
+
+// Step directories (step_NNNNNNNN, complete or not) in save_dir.
+std::vector<std::string> list_step_dirs(const std::string& save_dir);
+
 // A checkpoint read back whole, with the optimizer state assembled to full arrays.
 struct LoadedCheckpoint {
   std::string dir;
@@ -90,5 +97,13 @@ struct LoadedCheckpoint {
 // Verifies every file's size and checksum against the manifest, checks that the old ranks'
 // ranges cover [0, layout_total), and assembles the arrays.
 LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total);
+
+// The checkpoint --resume continues from. newest_intact false (--resume yes): the newest
+// complete one; when it is damaged, an error that says why and names the newest intact
+// one (which --resume auto would take). newest_intact true (--resume auto): the newest
+// that loads, each damaged one skipped with a line in *notes; dir empty when save_dir holds
+// no complete checkpoint at all (a fresh start); an error when it holds only damaged ones.
+LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t layout_total, bool newest_intact,
+                                        std::string* notes);
 
 }  // namespace rz

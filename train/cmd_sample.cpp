@@ -9,7 +9,7 @@
 
 #include "base/check.h"
 #include "data/tokenizer.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/command.h"
 #include "train/generate.h"

@@ -15,7 +15,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/command.h"
 

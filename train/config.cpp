@@ -42,6 +42,7 @@ enum class Allowed {
   device,        // cpu, cuda or cuda:K
   transport,     // comm/'s transports between processes
   comm,          // comm/'s collective backends
+  resume,        // no, yes or auto (true/false, 1/0, on/off are read as yes/no)
   bucket_mb,     // zero/'s check of a bucket size
 };
 
@@ -94,7 +95,8 @@ const Setting kSettings[] = {
   {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none)"},
   {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
-  {"resume", &TrainConfig::resume, Allowed::any, "continue from the newest complete checkpoint in save_dir"},
+  {"resume", &TrainConfig::resume, Allowed::resume, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
+  {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
   {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
   {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
   {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)"},
@@ -174,10 +176,19 @@ std::string allowed_text(const Setting& k) {
     case Allowed::port: return "0..65535";
     case Allowed::device: return "cpu, cuda or cuda:K";
     case Allowed::transport: return process_transport_names();
+    case Allowed::resume: return "no, yes or auto (or true/false)";
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
   }
   return "";
+}
+
+// resume is a yes/no key with a third value, auto: its boolean spellings become yes / no.
+void normalize_resume(TrainConfig& c, const Setting& k) {
+  if (k.allowed != Allowed::resume) return;
+  std::string& v = c.resume;
+  if (v == "true" || v == "1" || v == "on" || v.empty()) v = "yes";
+  if (v == "false" || v == "0" || v == "off") v = "no";
 }
 
 // Throws "expected ..., found ..." (without the key) when the value of k in c is not allowed.
@@ -203,6 +214,9 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
+          if (k.allowed == Allowed::resume)
+            RZ_CHECK(v == "no" || v == "yes" || v == "auto", "expected %s, found '%s'", allowed_text(k).c_str(),
+                     v.c_str());
           if (k.allowed == Allowed::comm)
             RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), v) != std::end(kCommBackends),
                      "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
@@ -329,6 +343,7 @@ void set_config_value(TrainConfig& cfg, const std::string& key, const std::strin
   RZ_CHECK(k != nullptr, "unknown config key '%s' (ringzero train --help lists them)", key.c_str());
   naming_key(k->name, [&] {
     std::visit([&](auto member) { from_text(cfg.*member, value); }, k->field);
+    normalize_resume(cfg, *k);
     check_allowed(cfg, *k);
   });
 }
@@ -358,7 +373,11 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
              path.c_str(), line, key.c_str());
     try {
       naming_key(key.c_str(), [&] {
-        std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
+        if (k->allowed == Allowed::resume && node.is_boolean())  // resume = true / false
+          cfg.resume = *node.value<bool>() ? "yes" : "no";
+        else
+          std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
+        normalize_resume(cfg, *k);
         check_allowed(cfg, *k);
       });
     } catch (const Error& e) {
@@ -373,8 +392,9 @@ void validate_config(const TrainConfig& c) {
   RZ_CHECK(c.node_rank < c.nnodes, "node_rank: expected 0..%d, found %d", c.nnodes - 1, c.node_rank);
   RZ_CHECK(c.nnodes == 1 || c.master_port > 0,
            "master_port: a multi-node job needs an explicit port (every node must use the same one)");
-  RZ_CHECK(!c.resume || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
-  RZ_CHECK(!c.resume || c.init.empty(),
+  RZ_CHECK(!c.resuming() || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
+  RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
+  RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
 }
 
@@ -407,6 +427,8 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
     CLI::Option* o;
     if (std::holds_alternative<bool TrainConfig::*>(k.field)) {
       o = app.add_flag(flag + "{true}", given[k.name], help);
+    } else if (k.allowed == Allowed::resume) {  // --resume, --resume=auto (and --resume auto, below)
+      o = app.add_flag(flag + "{yes}", given[k.name], help);
     } else {
       o = app.add_option(flag, given[k.name], help)->type_name(kind_of(k.field));
       if (const std::string def = shown_value(defaults, k); def != "-") o->default_str(def);
@@ -418,6 +440,13 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11's vector form wants the arguments reversed
     std::string a = argv[i];
+    // "--resume auto" (a value after the flag) is "--resume=auto"; a bare --resume stays a flag.
+    if (i >= 2 && std::string(argv[i - 1]) == "--resume" &&
+        (a == "auto" || a == "yes" || a == "no" || a == "true" || a == "false")) {
+      args.push_back("--resume=" + a);
+      --i;
+      continue;
+    }
     if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=') {
       args.emplace_back("");
       a.pop_back();

@@ -73,7 +73,10 @@ struct TrainConfig {
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none
   int save_every = 0;             // checkpoint every k steps (and at the end); 0 = only at the end
   int keep = 0;                   // keep the newest N complete checkpoints; 0 = keep all
-  bool resume = false;            // continue from the newest complete checkpoint in save_dir
+  std::string resume = "no";      // no | yes: the newest complete checkpoint in save_dir (an error
+                                  // if it is damaged) | auto: the newest intact one, or a fresh start
+  bool overwrite = false;         // a fresh run may delete the checkpoints already in save_dir
+  bool resuming() const { return resume != "no"; }
 
   // --- evaluation, sampling, reporting
   int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never

@@ -2,10 +2,13 @@
 #include "train/loop.h"
 
 #include <omp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -15,10 +18,12 @@
 #include "base/file.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "base/stop_signal.h"
 #include "comm/factory.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/tokenizer.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
 #include "train/generate.h"
@@ -80,7 +85,11 @@ class Trainer {
   void resume();
   float eval_loss();
   void sample(int step);
-  void save(int step);
+  void check_save_dir();
+  bool save(int step);
+  void write_rank_files(const std::string& dir, int step);
+  bool stop_agreed();
+  int stop_after(int step);
   void memory_report();
   bool rank0() const { return rank_ == 0; }
   float all_reduce_mean(float x) {
@@ -103,6 +112,8 @@ class Trainer {
   std::vector<int> inputs_, targets_;  // (B, T)
   SampleRng rng_;
   int start_step_ = 0;
+  bool resumed_ = false;
+  int last_saved_step_ = -1;
   MetricsWriter metrics_;
   std::unique_ptr<TraceWindow> timeline_;  // --trace
 };
@@ -143,6 +154,8 @@ void Trainer::setup() {
            mcfg_.max_seq_len);
   RZ_CHECK(tok_ == nullptr || tok_->vocab_size() <= mcfg_.vocab_size,
            "vocab: the model's V=%d is smaller than the tokenizer's %d", mcfg_.vocab_size, tok_->vocab_size());
+  check_prepared_dir(data_dir_of(cfg_.data));  // not a mix of two `prepare` runs
+  if (!cfg_.val_data.empty()) check_prepared_dir(data_dir_of(cfg_.val_data));
   train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
   train_->set_vocab_bound(mcfg_.vocab_size);
   if (!cfg_.val_data.empty()) {
@@ -155,6 +168,8 @@ void Trainer::setup() {
            "total_batch_tokens: %lld is not a multiple of B*T*world = %d*%d*%d = %lld", static_cast<long long>(total),
            cfg_.batch, cfg_.seq, world_, static_cast<long long>(per_micro));
   accum_ = static_cast<int>(total / per_micro);
+
+  if (!cfg_.save_dir.empty()) check_save_dir();
 
   CommOptions copts;
   copts.backend = cfg_.comm;
@@ -177,11 +192,53 @@ void Trainer::setup() {
   rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
 }
 
+// Before the rendezvous, on every rank: the directory is writable, and a run that does
+// not resume does not mix its checkpoints with an earlier run's (whose newer steps would
+// win a later --resume and prune this run's saves).
+void Trainer::check_save_dir() {
+  const std::vector<std::string> old = list_step_dirs(cfg_.save_dir);
+  if (!cfg_.resuming() && !old.empty()) {
+    RZ_CHECK(cfg_.overwrite,
+             "save_dir: %s already holds %zu checkpoint(s) of an earlier run (newest %s): pass --resume to continue "
+             "it, --overwrite to delete them, or another --save-dir",
+             cfg_.save_dir.c_str(), old.size(), fs::path(old.back()).filename().c_str());
+    if (rank_ == 0)
+      for (const auto& d : old) fs::remove_all(d);
+  }
+  probe_save_dir(cfg_.save_dir, rank_);
+}
+
 void Trainer::resume() {
-  auto done = list_complete_checkpoints(cfg_.save_dir);
-  RZ_CHECK(!done.empty(), "resume: no complete checkpoint in %s", cfg_.save_dir.c_str());
   const size_t total = model_->layout().total;
-  LoadedCheckpoint ck = load_checkpoint(done.back().second, total);
+  // The shape must match in full: a different one with the same parameter count (--heads 2
+  // on a 4-head model, a vocab that pads to the same Vp) would load without complaint.
+  const auto done = list_complete_checkpoints(cfg_.save_dir);
+  if (!done.empty()) {
+    const std::string mpath = (fs::path(done.back().second) / "model.bin").string();
+    std::optional<GPT2Config> header;
+    try {
+      header = read_model_header(mpath).cfg;
+    } catch (const Error&) {
+      // A damaged model.bin: the loader below reports it (or --resume auto skips it).
+    }
+    if (header) {
+      const GPT2Config& h = *header;
+      RZ_CHECK(h.num_layers == mcfg_.num_layers && h.channels == mcfg_.channels && h.num_heads == mcfg_.num_heads &&
+                   h.vocab_size == mcfg_.vocab_size && h.max_seq_len == mcfg_.max_seq_len,
+               "resume: %s holds a model of shape L%d C%d NH%d V%d maxT%d, but this run asks for L%d C%d NH%d V%d "
+               "maxT%d (give the checkpoint's shape, or no shape keys)",
+               mpath.c_str(), h.num_layers, h.channels, h.num_heads, h.vocab_size, h.max_seq_len, mcfg_.num_layers,
+               mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
+    }
+  }
+  std::string notes;
+  LoadedCheckpoint ck = load_resume_checkpoint(cfg_.save_dir, total, cfg_.resume == "auto", &notes);
+  if (rank0() && !notes.empty()) std::printf("%s", notes.c_str());
+  if (ck.dir.empty()) {
+    if (rank0()) std::printf("resume auto: no checkpoint in %s yet; starting from step 0\n", cfg_.save_dir.c_str());
+    return;
+  }
+  resumed_ = true;
   strategy_->set_optimizer_state(ck.master.data(), ck.m.data(), ck.v.data(), ck.optimizer_step);
   start_step_ = static_cast<int>(ck.step);
   const int old_world = ck.manifest.world;
@@ -228,13 +285,52 @@ void Trainer::sample(int step) {
   std::fflush(stdout);
 }
 
-void Trainer::save(int step) {
+// Collective. A save that fails on any rank (a full disk, a removed directory) is reported
+// and training goes on with its state in memory; the next save tries again. Returns
+// whether the checkpoint is complete.
+bool Trainer::save(int step) {
   const std::string dir = checkpoint_dir_name(cfg_.save_dir, static_cast<uint64_t>(step));
+  std::string error;
+  auto attempt = [&](auto&& fn) {
+    if (!error.empty()) return;
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  auto all_ok = [&] {  // collective: did every rank succeed so far?
+    float failed = error.empty() ? 0.0f : 1.0f;
+    comm_->all_reduce(&failed, 1, DType::f32, ReduceOp::sum);
+    if (failed > 0 && error.empty()) error = "another rank could not write its part";
+    return failed == 0;
+  };
+  if (rank0())
+    attempt([&] {
+      fs::create_directories(dir);
+      fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
+    });
+  if (all_ok()) attempt([&] { write_rank_files(dir, step); });
+  if (all_ok() && rank0())  // every rank's part is on disk
+    attempt([&] {
+      write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
+      prune_checkpoints(cfg_.save_dir, cfg_.keep);
+    });
+  const bool ok = all_ok();
+  if (ok) last_saved_step_ = step;
   if (rank0()) {
-    fs::create_directories(dir);
-    fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
+    if (ok) std::printf("saved checkpoint %s\n", dir.c_str());
+    else std::fprintf(stderr, "ringzero: warning: checkpoint at step %d NOT saved (%s); training state stays in "
+                              "memory and the next save tries again\n", step, error.c_str());
+    std::fflush(stdout);
   }
-  comm_->barrier();
+  return ok;
+}
+
+void Trainer::write_rank_files(const std::string& dir, int step) {
+  // Fault injection for the tests: the save of this step fails as a full disk would.
+  if (const char* f = std::getenv("RINGZERO_FAULT_SAVE_STEP"); f != nullptr && std::atoi(f) == step)
+    RZ_FAIL("%s: injected write failure (RINGZERO_FAULT_SAVE_STEP=%d)", dir.c_str(), step);
   RankState st;
   st.rank = rank_;
   st.world = world_;
@@ -253,13 +349,34 @@ void Trainer::save(int step) {
     model_->get_params_f32(params.data());
     write_model_file((fs::path(dir) / "model.bin").string(), mcfg_, precision_, params.data());
   }
-  comm_->barrier();  // every rank's part is on disk
+}
+
+// Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so
+// they stop after the same step.
+bool Trainer::stop_agreed() {
+  float stop = stop_signal_received() != 0 ? 1.0f : 0.0f;
+  if (world_ > 1) comm_->all_reduce(&stop, 1, DType::f32, ReduceOp::sum);
+  return stop > 0;
+}
+
+// A signal stopped the run after `step`: save (unless that step was just saved), say where
+// to resume, and exit non-zero (128 + signal, as the shell reports a signal).
+int Trainer::stop_after(int step) {
+  const int sig = stop_signal_received() != 0 ? stop_signal_received() : SIGTERM;
+  bool saved = last_saved_step_ == step;
+  if (!cfg_.save_dir.empty() && !saved) saved = save(step);
+  comm_->barrier();
   if (rank0()) {
-    write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
-    prune_checkpoints(cfg_.save_dir, cfg_.keep);
-    std::printf("saved checkpoint %s\n", dir.c_str());
     std::fflush(stdout);
+    if (saved)
+      std::fprintf(stderr, "ringzero: stopped by %s after step %d; checkpoint %s is saved: run the same command with "
+                           "--resume to continue\n", strsignal(sig), step,
+                   checkpoint_dir_name(cfg_.save_dir, static_cast<uint64_t>(step)).c_str());
+    else
+      std::fprintf(stderr, "ringzero: stopped by %s after step %d; nothing saved (%s)\n", strsignal(sig), step,
+                   cfg_.save_dir.empty() ? "no --save-dir" : "the save failed");
   }
+  return 128 + sig;
 }
 
 void Trainer::memory_report() {
@@ -277,7 +394,7 @@ void Trainer::memory_report() {
 
 int Trainer::run() {
   setup();
-  if (cfg_.resume) resume();
+  if (cfg_.resuming()) resume();
   if (rank0()) {
     std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
                 world_, strategy_name(cfg_.strategy), comm_->transport_name().c_str(), model_->layout().total,
@@ -288,7 +405,7 @@ int Trainer::run() {
     if (tok_ == nullptr && cfg_.sample_every > 0)
       std::printf("note: no tokenizer (no --tokenizer and no tokenizer.bin beside the data): no samples\n");
     std::fflush(stdout);
-    if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, cfg_.resume);
+    if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
   }
   const LrSchedule sched{cfg_.lr, cfg_.warmup, cfg_.steps, cfg_.lr_floor};
   const bool tty = rank0() && isatty(STDOUT_FILENO);
@@ -299,6 +416,7 @@ int Trainer::run() {
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
                                            std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision));
+  arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
     comm_->reset_stats();
@@ -366,9 +484,17 @@ int Trainer::run() {
     if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
     if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
       RZ_TRACE_SCOPE("checkpoint");
-      save(s + 1);
+      RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved (see the warning above)",
+               s + 1);
     }
+    // The stop vote is a collective of this step: it goes into the step's counters and
+    // trace before end_step closes them.
+    const bool stop = !last && stop_agreed();
     timeline_->end_step(*comm_, s + 1, rec.overlap);
+    if (stop) {
+      timeline_->finish(*comm_);
+      return stop_after(s + 1);
+    }
   }
   timeline_->finish(*comm_);
   if (rank0() && start_step_ >= cfg_.steps)

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "base/check.h"
+#include "base/stop_signal.h"
 #include "train/command.h"
 
 namespace rz {
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringzero: error: unknown command '%s' (ringzero --help lists them)\n", argv[1]);
     return 2;
   }
+  // SIGINT/SIGTERM: cleanups (shm segments) and then the default action, except inside the
+  // training loop, which finishes its step and saves (base/stop_signal.h).
+  rz::install_stop_handlers();
   try {
     return it->run(argc - 1, argv + 1);
   } catch (const rz::Error& e) {

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/file.h"
 
 namespace rz {
 
@@ -12,12 +14,26 @@ MetricsWriter::~MetricsWriter() {
   if (f_ != nullptr) std::fclose(f_);
 }
 
-void MetricsWriter::open(const std::string& path, bool append) {
+void MetricsWriter::open(const std::string& path, bool append, int keep_through_step) {
   if (f_ != nullptr) std::fclose(f_);
   path_ = path;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // fopen below reports failures
+  if (append && keep_through_step >= 0 && std::filesystem::exists(path)) {
+    // A resumed run repeats the steps after its checkpoint: drop their old records (and
+    // anything after the first line that is not a record) so each step appears once.
+    std::ifstream in(path);
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer() ||
+          j["step"].get<int64_t>() > keep_through_step)
+        break;
+      kept += line + "\n";
+    }
+    write_file_atomic(path, kept);
+  }
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   RZ_CHECK(f_ != nullptr, "metrics: cannot open %s for writing: %s", path.c_str(), errno_string().c_str());
 }

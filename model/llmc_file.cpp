@@ -1,5 +1,5 @@
-// model/checkpoint.cpp: llm.c model and debug-state files (see checkpoint.h).
-#include "model/checkpoint.h"
+// model/llmc_file.cpp: llm.c model and debug-state files (see llmc_file.h).
+#include "model/llmc_file.h"
 
 #include "base/file.h"
 
@@ -132,6 +132,7 @@ void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal)
 }
 
 ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
+ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
 
 void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precision precision,
                       const float* params_internal) {
@@ -175,10 +176,12 @@ DebugState read_debug_state(const std::string& path, const GPT2Config& cfg) {
            "debug-state file %s: bad batch shape B=%d T=%d (need B >= 1 and 1 <= T <= maxT=%d)",
            path.c_str(), s.B, s.T, cfg.max_seq_len);
   const size_t N = size_t(s.B) * s.T, V = cfg.vocab_size, P = num_parameters(cfg);
-  const size_t expected = 1024 + 4 * (2 * N + N * V + 1 + P);
-  RZ_CHECK(size == expected,
-           "debug-state file %s: %zu bytes, but B=%d T=%d with this model (V=%zu, %zu params) needs %zu",
-           path.c_str(), size, s.B, s.T, V, P, expected);
+  // In 128 bits: a crafted B and T must not wrap the product around to the file's size
+  // and so pass the check below with a terabyte-sized allocation behind it.
+  const unsigned __int128 expected = 1024 + 4 * ((unsigned __int128)N * (2 + V) + 1 + P);
+  RZ_CHECK(expected == size,
+           "debug-state file %s: %zu bytes, but B=%d T=%d with this model (V=%zu, %zu params) needs %.0f",
+           path.c_str(), size, s.B, s.T, V, P, static_cast<double>(expected));
   s.x.resize(N);
   s.y.resize(N);
   s.logits.resize(N * V);

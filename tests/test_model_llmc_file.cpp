@@ -12,7 +12,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "model/checkpoint.h"
+#include "model/llmc_file.h"
 #include "model/layout.h"
 
 using namespace rz;
@@ -224,4 +224,23 @@ TEST_CASE("debug-state file: round trip and bad files", "[checkpoint]") {
   other.num_layers = 3;
   finalize_config(other);
   CHECK_THROWS_WITH(read_debug_state(path, other), Catch::Contains("needs"));  // wrong model
+}
+
+TEST_CASE("debug-state headers that promise terabytes are refused before anything is allocated", "[checkpoint]") {
+  // Issue 11: a crafted B x T made verify allocate 1 TiB. Every B, T pair below fits the
+  // shape bounds; the sizes they imply are far past the (small) file.
+  TempDir dir;
+  GPT2Config cfg = model_preset("tiny");
+  cfg.max_seq_len = 1 << 20;
+  finalize_config(cfg);
+  std::vector<char> b(4096, 0);
+  set_header(b, 0, 20240327);
+  set_header(b, 1, 2);
+  const std::string bad = dir.file("huge_state.bin");
+  for (auto [B, T] : {std::pair{1 << 20, 1 << 20}, {1 << 20, 1}, {1, 1 << 20}, {65535, 65537}, {4096, 1 << 20}}) {
+    set_header(b, 2, B);
+    set_header(b, 3, T);
+    spit(bad, b);
+    CHECK_THROWS_WITH(read_debug_state(bad, cfg), Catch::Contains("huge_state.bin") && Catch::Contains("needs"));
+  }
 }

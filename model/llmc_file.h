@@ -1,4 +1,4 @@
-// model/checkpoint.h: llm.c's model and debug-state files.
+// model/llmc_file.h: llm.c's model and debug-state files.
 //
 // Both start with a header of 256 little-endian int32.
 //   model file   [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp,
@@ -40,6 +40,8 @@ struct ModelFile {
   std::vector<float> params;              // internal layout, widened to fp32
 };
 ModelFile read_model_file(const std::string& path);
+// Reads only the header: the config and precision (params left empty); resume compares it.
+ModelFile read_model_header(const std::string& path);
 // params_internal: num_parameters(cfg) floats; rounded to bf16 (RNE) when precision is bf16.
 void write_model_file(const std::string& path, const GPT2Config& cfg, Precision precision,
                       const float* params_internal);

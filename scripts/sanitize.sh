@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# scripts/sanitize.sh: the test suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+# and the comm tests under ThreadSanitizer. Lean builds for CI's 2 cores: -O1, CUDA off,
+# tests only (build-asan/, build-tsan/). The TSan build has only the in-process comm tests
+# (ranks as threads, or forked before any thread starts), so it skips the ringzero binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGZERO_CUDA=OFF -DRINGZERO_WERROR=ON -DRINGZERO_NATIVE=ON "${launcher[@]}")
+what="${1:-all}"
+
+if [ "$what" = all ] || [ "$what" = asan ]; then
+  san="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_FLAGS="$san" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+  cmake --build build-asan --parallel "$jobs"
+  # Leaks are findings too; a forked rank that exits through _exit is not checked.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 1200 -E test_cuda
+fi
+
+if [ "$what" = all ] || [ "$what" = tsan ]; then
+  tsan_tests=(test_comm_ring test_comm_async test_comm_store test_comm_shm test_comm_tcp test_comm_failure)
+  cmake -S . -B build-tsan "${common[@]}" -DRINGZERO_TESTS_NEED_BINARY=OFF \
+    -DCMAKE_CXX_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+  cmake --build build-tsan --parallel "$jobs" --target "${tsan_tests[@]}"
+  regex="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --test-dir build-tsan -j "$jobs" --output-on-failure --timeout 1200 -R "$regex"
+fi
