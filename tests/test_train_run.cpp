@@ -360,3 +360,17 @@ TEST_CASE("--init starts from an llm.c model file") {
   CHECK(r.status == 1);
   CHECK(last_line(r.output) == "ringzero train: error: init: /nonexistent/model.bin: no such file");
 }
+
+TEST_CASE("--recompute gelu trains to bitwise the same losses as keeping the GELU outputs") {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const char* mode : {"none", "gelu"}) {
+    const fs::path metrics = work_dir() / (std::string("recompute_") + mode + ".jsonl");
+    Result r = run_ringzero(tiny_args(std::string("--steps 4 --recompute ") + mode + " --metrics " + quote(metrics.string())));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    runs.push_back(read_metrics(metrics));
+  }
+  REQUIRE(runs[0].size() == 4);
+  REQUIRE(runs[1].size() == 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(runs[0][i]["loss"].get<double>() == runs[1][i]["loss"].get<double>());
+}

@@ -48,6 +48,7 @@ struct Row {
   int nranks;
   PerParamBytes paper, ringzero;
   double states_paper = 0, states = 0;  // bytes per rank
+  double states_fp32_shard = 0;         // zero2 with --grad-shard-fp32 (fp32 owned gradient shard)
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
@@ -85,8 +86,8 @@ int run_memory(int argc, char** argv) {
       "    ddp 4+4+8 = 16 B/param, zero1 4+4+8/N, zero2 4+4/N+8/N.\n"
       "ringzero's zero2 keeps its owned gradient shard in the model's precision as the paper does\n"
       "(train --grad-shard-fp32 keeps it in fp32: 4/N) and holds staging buckets\n"
-      "(--buckets-in-flight of the largest bucket + one reserved for the bucket holding the tied\n"
-      "wte); both are shown in their own rows. With --params only the model states are known;\n"
+      "(--buckets-in-flight buffers sized like the largest buckets + one reserved for the bucket\n"
+      "holding the tied wte); both are shown in their own rows. With --params only the model states are known;\n"
       "with a model shape (--model or --layers/--channels/...) the exact allocation (bucket\n"
       "padding included), the staging buckets and the activations for --batch x --seq are added.",
       "ringzero memory"};
@@ -158,6 +159,7 @@ int run_memory(int argc, char** argv) {
       Row r{k, n, paper_formula(k, prec, n), ringzero_formula(k, prec, n)};
       r.states_paper = P * r.paper.total();
       r.states = P * r.ringzero.total();
+      r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
         BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n);
         // The same pool rule Zero2Strategy allocates by, asked for the plan it would build.
@@ -166,6 +168,8 @@ int run_memory(int argc, char** argv) {
         ExactStateBytes e = exact_state_bytes(plan, k, prec, pool);
         r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging);
+        const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true);
+        r.states_fp32_shard = static_cast<double>(f.total() - f.staging);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);
         r.activations = act;
@@ -190,7 +194,8 @@ int run_memory(int argc, char** argv) {
                        {"bytes_per_param_paper", r.paper.total()},
                        {"bytes_per_param", r.ringzero.total()},
                        {"model_states_paper_bytes", r.states_paper},
-                       {"model_states_bytes", r.states}};
+                       {"model_states_bytes", r.states},
+                       {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
       // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
       auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
       o["bytes_by_tag"] = {{"params", tag(r.exact.params, r.ringzero.params)},
@@ -233,11 +238,10 @@ int run_memory(int argc, char** argv) {
     const char* name = strategy_name(k);
     line(name, "model states " + formula_text(k, prec, true), k,
          [](const Row& r) { return r.states_paper; });
+    if (shape) line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
     if (k == StrategyKind::zero2 && prec == Precision::bf16)
-      line("", "ringzero " + formula_text(k, prec, false) + (shape ? " exact" : ""), k,
-           [](const Row& r) { return r.states; });
-    else if (shape)
-      line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
+      line("", "--grad-shard-fp32 " + formula_text(k, prec, false), k,
+           [](const Row& r) { return r.states_fp32_shard; });
     if (shape) {
       if (k == StrategyKind::zero2) {
         const auto z = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == StrategyKind::zero2; });
