@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # scripts/sanitize.sh: the test suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 # and the comm tests under ThreadSanitizer. Lean builds for CI's 2 cores: -O1, CUDA off,
-# tests only (build-asan/, build-tsan/). The TSan build has only the in-process comm tests
+# MPI off, tests only (build-asan/, build-tsan/). The TSan build has only the in-process comm tests
 # (ranks as threads, or forked before any thread starts), so it skips the ringzero binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-common=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGZERO_CUDA=OFF -DRINGZERO_WERROR=ON -DRINGZERO_NATIVE=ON "${launcher[@]}")
+# MPI off: OpenMPI's own plugins leak at exit (LeakSanitizer reports them from unloaded
+# modules, so no suppression can name them); the MPI backend is tested in the normal build.
+common=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGZERO_CUDA=OFF -DRINGZERO_MPI=OFF -DRINGZERO_WERROR=ON
+        -DRINGZERO_NATIVE=ON "${launcher[@]}")
 what="${1:-all}"
 
 if [ "$what" = all ] || [ "$what" = asan ]; then
