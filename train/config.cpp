@@ -370,8 +370,9 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
     RZ_FAIL("%s:%u: TOML syntax error: %s", path.c_str(), static_cast<unsigned>(src.begin.line),
             std::string(e.description()).c_str());
   }
-  for (auto&& [key_view, node] : tbl) {
+  for (auto&& [key_view, value_node] : tbl) {
     const std::string key(key_view.str());
+    const toml::node& node = value_node;  // a plain reference: clang 14's lambdas cannot capture a binding
     const unsigned line = static_cast<unsigned>(node.source().begin.line);
     const Setting* k = find_setting(key);
     RZ_CHECK(k != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
