@@ -51,6 +51,18 @@ std::string device_name(Device d) {
   return d.is_cpu() ? std::string("cpu") : strfmt("cuda:%d", d.index);
 }
 
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device{};
+  if (s == "cuda") return Device{DeviceKind::cuda, 0};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9) {
+    const std::string k = s.substr(5);
+    bool digits = true;
+    for (char c : k) digits = digits && c >= '0' && c <= '9';
+    if (digits) return Device{DeviceKind::cuda, std::atoi(k.c_str())};
+  }
+  fail(strfmt("device: expected cpu, cuda or cuda:K (K a GPU index), found '%s'", s.c_str()));
+}
+
 // One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
 static std::array<DeviceAllocator, kNumDeviceKinds> g_allocators;
 

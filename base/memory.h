@@ -35,6 +35,8 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 std::string device_name(Device d);  // "cpu", "cuda:0"
+// "cpu", "cuda" (= cuda:0) or "cuda:K". Throws rz::Error naming the value.
+Device parse_device(const std::string& s);
 
 // How device memory is obtained. alloc returns zero-filled memory or throws rz::Error.
 struct DeviceAllocator {

@@ -1,8 +1,6 @@
 // kernels/backend.cpp: choosing a backend by device.
 #include "kernels/backend.h"
 
-#include <cstdlib>
-
 #include "base/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #if RINGZERO_HAVE_CUDA
@@ -10,18 +8,6 @@
 #endif
 
 namespace rz {
-
-Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device{};
-  if (s == "cuda") return Device{DeviceKind::cuda, 0};
-  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9) {
-    const std::string k = s.substr(5);
-    bool digits = true;
-    for (char c : k) digits = digits && c >= '0' && c <= '9';
-    if (digits) return Device{DeviceKind::cuda, std::atoi(k.c_str())};
-  }
-  fail(strfmt("device: expected cpu, cuda or cuda:K (K a GPU index), found '%s'", s.c_str()));
-}
 
 bool cuda_backend_built() {
 #if RINGZERO_HAVE_CUDA

@@ -173,9 +173,6 @@ inline Ops<float>& Backend::ops<float>() { return *f32_; }
 template <>
 inline Ops<bf16>& Backend::ops<bf16>() { return *bf16_; }
 
-// "cpu", "cuda" (= cuda:0) or "cuda:K". Throws rz::Error naming the value.
-Device parse_device(const std::string& s);
-
 // The backend for a device. For cuda it fails with one line naming the cause: a build
 // without the CUDA backend, no driver, no device, or an index past the device count.
 std::unique_ptr<Backend> make_backend(Device dev);

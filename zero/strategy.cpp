@@ -14,21 +14,6 @@
 
 namespace rz {
 
-const char* strategy_name(StrategyKind k) {
-  switch (k) {
-    case StrategyKind::ddp: return "ddp";
-    case StrategyKind::zero1: return "zero1";
-    case StrategyKind::zero2: return "zero2";
-  }
-  return "?";
-}
-
-std::vector<std::string> strategy_names() { return enum_names(kStrategyKinds, strategy_name); }
-
-StrategyKind parse_strategy(const std::string& name) {
-  return parse_enum(name, kStrategyKinds, strategy_name, "strategy");
-}
-
 StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : model_(model),
       be_(model.backend()),
