@@ -121,6 +121,14 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu (N OpenMP threads)", "cuda:0 (NVIDIA H200)"
+  // The driver's view of this device's memory (cudaMemGetInfo: bytes in use by every
+  // process and the total), for the memory report next to the tracker's figures. False
+  // where there is no such figure (the host).
+  virtual bool driver_memory(size_t* used, size_t* total) {
+    (void)used;
+    (void)total;
+    return false;
+  }
 
   template <typename E>
   Ops<E>& ops();

@@ -10,7 +10,6 @@
 #define CATCH_CONFIG_RUNNER
 #include "tests/gpu_test_util.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +20,7 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "model/grad_sink.h"
+#include "tests/run_ringzero.h"
 #include "tests/test_model_reference.h"
 
 using namespace rz;
@@ -150,6 +150,26 @@ static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
   return losses;
 }
 
+// The memory report prints the driver's figure next to the tracker's device bytes: the
+// driver must see at least what the tracker counts (it also holds the CUDA context and
+// cuBLASLt's workspace), and the host must report no such figure.
+TEST_CASE("the driver's memory figure covers the tracker's device bytes", "[model][gpu][memory]") {
+  GPT2 model(model_preset("tiny"), ModelOptions(Precision::bf16, false, kGpu));
+  model.init_random(7);
+  const Batch b = make_batch(model.config(), 2, 16, 3);
+  model.forward(b.x.data(), b.y.data(), 2, 16);
+  model.backend().synchronize();
+  size_t used = 0, total = 0;
+  REQUIRE(model.backend().driver_memory(&used, &total));
+  const size_t tracked = MemoryTracker::global().current_total(DeviceKind::cuda);
+  INFO("driver used " << used << " of " << total << ", tracker " << tracked);
+  CHECK(tracked >= model.layout().total * sizeof(bf16));
+  CHECK(used >= tracked);
+  CHECK(total > used);
+  size_t hu = 1, ht = 1;
+  CHECK_FALSE(cpu_backend().driver_memory(&hu, &ht));
+}
+
 TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]") {
   for (Precision prec : {Precision::fp32, Precision::bf16}) {
     CAPTURE(precision_name(prec));
@@ -169,22 +189,6 @@ TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]")
 // GPT-2 of test_model_reference.h (as test_model_verify does for the CPU): must pass in
 // fp32 and bf16, and fail once a gradient element is perturbed.
 namespace {
-
-struct RunResult {
-  int status;
-  std::string output;
-};
-RunResult run_ringzero(const std::string& args) {
-  const std::string cmd = "timeout 120 " + std::string(RINGZERO_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, got);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128, out};
-}
 
 template <typename X>
 void put(std::ofstream& f, const std::vector<X>& v) {
@@ -242,12 +246,12 @@ TEST_CASE("ringzero verify --device cuda passes against the fp64 reference", "[m
 
   const std::string files = "--device cuda --model " + model + " --state ";
   for (const char* prec : {"fp32", "bf16"}) {
-    const RunResult r = run_ringzero("verify " + files + state + " --precision " + prec);
+    const BinaryRun r = run_ringzero("verify " + files + state + " --precision " + prec);
     INFO(prec << ":\n" << r.output);
     CHECK(r.status == 0);
     CHECK(r.output.find("verify: OK") != std::string::npos);
   }
-  const RunResult w = run_ringzero("verify " + files + wrong);
+  const BinaryRun w = run_ringzero("verify " + files + wrong);
   INFO(w.output);
   CHECK(w.status != 0);
   fs::remove_all(dir);

@@ -6,19 +6,27 @@
 
 namespace rz {
 
-RankMemoryCounters local_rank_memory() {
+RankMemoryCounters local_rank_memory(Backend& backend) {
   const MemoryTracker& mt = MemoryTracker::global();
+  const DeviceKind kind = backend.device().kind;
   RankMemoryCounters m;
   for (int i = 0; i < kNumMemTags; ++i) {
-    m.current[i] = mt.current(static_cast<MemTag>(i));
-    m.peak[i] = mt.peak(static_cast<MemTag>(i));
+    m.current[i] = mt.current(static_cast<MemTag>(i), kind);
+    m.peak[i] = mt.peak(static_cast<MemTag>(i), kind);
   }
-  m.peak_total = mt.peak_total();
+  m.peak_total = mt.peak_total(kind);
+  m.host_peak_total = mt.peak_total(DeviceKind::cpu);
+  size_t used = 0, total = 0;
+  if (backend.driver_memory(&used, &total)) {
+    m.driver_used = used;
+    m.driver_total = total;
+  }
   return m;
 }
 
-MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const Strategy& strategy) {
+MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strategy& strategy) {
   MemoryReport rep;
+  rep.device = model.device();
   rep.kind = strategy.kind();
   rep.precision = model.precision();
   rep.nranks = comm.size();
@@ -33,11 +41,11 @@ MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const S
   rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
   rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32);
 
-  // 17 uint64 per rank, as 34 fp32 words.
+  // 20 uint64 per rank, as 40 fp32 words.
   constexpr size_t kWords = sizeof(RankMemoryCounters) / sizeof(float);
-  static_assert(sizeof(RankMemoryCounters) == (2 * kNumMemTags + 1) * sizeof(uint64_t));
+  static_assert(sizeof(RankMemoryCounters) == (2 * kNumMemTags + 4) * sizeof(uint64_t));
   std::vector<RankMemoryCounters> all(rep.nranks);
-  all[comm.rank()] = local_rank_memory();
+  all[comm.rank()] = local_rank_memory(model.backend());
   comm.all_gather(reinterpret_cast<const float*>(&all[comm.rank()]), all.data(), kWords * rep.nranks,
                   DType::f32);
   rep.ranks = std::move(all);
@@ -47,9 +55,9 @@ MemoryReport gather_memory_report(Communicator& comm, const GPT2& model, const S
 static std::string mb(double bytes) { return strfmt("%.2f MB", bytes / 1e6); }
 
 void print_memory_report(const MemoryReport& r, FILE* out) {
-  std::fprintf(out, "memory after step 1: %s, %s, N = %d (%s), %zu params, %zu buckets\n",
+  std::fprintf(out, "memory after step 1: %s, %s, N = %d (%s), %zu params, %zu buckets, on %s\n",
                strategy_name(r.kind), precision_name(r.precision), r.nranks, r.transport.c_str(),
-               r.num_params, r.num_buckets);
+               r.num_params, r.num_buckets, device_name(r.device).c_str());
   if (r.transport == "thread")
     std::fprintf(out, "  (thread ranks share one process: every column is the sum over ranks)\n");
   std::fprintf(out, "  formula (bytes/param): params %.3g + grads %.3g + master %.3g + m %.3g + v %.3g = %.4g"
@@ -76,6 +84,16 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   std::fprintf(out, "  %-12s", "peak total");
   for (const RankMemoryCounters& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.peak_total)).c_str());
   std::fprintf(out, "  %14s\n", mb(double(r.expected.total())).c_str());
+  if (r.device.kind == DeviceKind::cpu) return;
+  // On a GPU the table counts device bytes; the driver's figure includes what the tracker
+  // cannot see (the CUDA context, library workspaces, other processes on the device).
+  std::fprintf(out, "  %-12s", "driver used");
+  for (const RankMemoryCounters& m : r.ranks)
+    std::fprintf(out, "  %24s", (mb(double(m.driver_used)) + " of " + mb(double(m.driver_total))).c_str());
+  std::fprintf(out, "  %14s\n", "(cudaMemGetInfo)");
+  std::fprintf(out, "  %-12s", "host peak");
+  for (const RankMemoryCounters& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.host_peak_total)).c_str());
+  std::fprintf(out, "\n");
 }
 
 nlohmann::json memory_report_json(const MemoryReport& r) {
@@ -89,6 +107,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["precision"] = precision_name(r.precision);
   j["nranks"] = r.nranks;
   j["transport"] = r.transport;
+  j["device"] = device_name(r.device);
   j["num_params"] = r.num_params;
   j["num_buckets"] = r.num_buckets;
   j["buckets_in_flight"] = r.pool_size;
@@ -106,7 +125,13 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
       cur[mem_tag_name(static_cast<MemTag>(i))] = r.ranks[k].current[i];
       peak[mem_tag_name(static_cast<MemTag>(i))] = r.ranks[k].peak[i];
     }
-    ranks.push_back({{"rank", k}, {"current", cur}, {"peak", peak}, {"peak_total", r.ranks[k].peak_total}});
+    json rank = {{"rank", k}, {"current", cur}, {"peak", peak}, {"peak_total", r.ranks[k].peak_total}};
+    if (r.device.kind != DeviceKind::cpu) {
+      rank["driver_used"] = r.ranks[k].driver_used;
+      rank["driver_total"] = r.ranks[k].driver_total;
+      rank["host_peak_total"] = r.ranks[k].host_peak_total;
+    }
+    ranks.push_back(rank);
   }
   j["ranks"] = ranks;
   return j;

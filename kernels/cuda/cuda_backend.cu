@@ -286,6 +286,14 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device{DeviceKind::cuda, ctx_->index}; }
   std::string name() const override { return strfmt("cuda:%d (%s)", ctx_->index, device_name_.c_str()); }
+  bool driver_memory(size_t* used, size_t* total) override {
+    ctx_->bind();
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    *used = total_bytes - free_bytes;
+    *total = total_bytes;
+    return true;
+  }
 
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
