@@ -94,6 +94,20 @@ class Ops {
                                   const E* att,   // (B, NH, T, T)
                                   int B, int T, int C, int NH) = 0;
 
+  // The same attention, flash-style: never forms the (T, T) matrix. The forward saves the
+  // log-sum-exp of each row's scaled scores instead of the probabilities; the backward
+  // recomputes them from it, a row block (CPU) or one row (GPU) at a time. Memory per
+  // layer: (B, NH, T) floats instead of (B, NH, T, T) of E. dqkv accumulates.
+  virtual void attention_forward_flash(E* out,        // (B, T, C)
+                                       float* lse,    // (B, NH, T) saved for backward
+                                       const E* qkv,  // (B, T, 3C)
+                                       int B, int T, int C, int NH) = 0;
+  virtual void attention_backward_flash(E* dqkv,         // (B, T, 3C)
+                                        const E* dout,   // (B, T, C)
+                                        const E* qkv,    // (B, T, 3C)
+                                        const float* lse,  // (B, NH, T)
+                                        int B, int T, int C, int NH) = 0;
+
   // GELU, tanh approximation. out may alias inp; dinp is assigned and may alias dout.
   virtual void gelu_forward(E* out, const E* inp, size_t n) = 0;
   virtual void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) = 0;

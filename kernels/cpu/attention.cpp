@@ -169,11 +169,114 @@ void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int 
   }
 }
 
+// --- flash-style: the loops above with a (kRowBlock, T) probability block per thread.
+// Row block [r0, r1) needs keys [0, r1) only, so the block holds every probability of its
+// rows: the softmax and its backward's row sums need nothing from other blocks.
+
+template <typename E>
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) {
+  using A = acc_t<E>;
+  const int hs = C / NH;
+  const A scale = A(1) / std::sqrt(A(hs));
+  const size_t ld = size_t(3) * C;
+#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
+  {
+    const size_t th = size_t(T) * hs;
+    A* base = head_scratch<A>().get(4 * th + size_t(kRowBlock) * T);
+    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), O(base + 3 * th, T, hs),
+        P(base + 4 * th, kRowBlock, T);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
+      gather(Q.data(), src, ld, T, hs);
+      gather(K.data(), src + C, ld, T, hs);
+      gather(V.data(), src + 2 * C, ld, T, hs);
+      float* l = lse + size_t(bh) * T;
+      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
+        P.block(0, 0, nr, r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+        for (int t = r0; t < r1; ++t) {
+          auto row = P.row(t - r0).head(t + 1).array();
+          row *= scale;
+          const A maxv = row.maxCoeff();
+          row = (row - maxv).exp();
+          const A sum = row.sum();
+          row *= A(1) / sum;
+          l[t] = float(maxv + std::log(sum));
+          P.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+        }
+        O.middleRows(r0, nr).noalias() = P.block(0, 0, nr, r1) * V.topRows(r1);
+      }
+      E* o = out + size_t(b) * T * C + size_t(h) * hs;
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < hs; ++i) o[size_t(t) * C + i] = store<E>(O(t, i));
+    }
+  }
+}
+
+template <typename E>
+void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
+                              int NH) {
+  using A = acc_t<E>;
+  const int hs = C / NH;
+  const A scale = A(1) / std::sqrt(A(hs));
+  const size_t ld = size_t(3) * C;
+#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
+  {
+    const size_t th = size_t(T) * hs;
+    A* base = head_scratch<A>().get(7 * th + 2 * size_t(kRowBlock) * T);
+    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), dO(base + 3 * th, T, hs),
+        dQ(base + 4 * th, T, hs), dK(base + 5 * th, T, hs), dV(base + 6 * th, T, hs),
+        P(base + 7 * th, kRowBlock, T), dP(base + 7 * th + size_t(kRowBlock) * T, kRowBlock, T);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH;
+      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
+      gather(Q.data(), src, ld, T, hs);
+      gather(K.data(), src + C, ld, T, hs);
+      gather(V.data(), src + 2 * C, ld, T, hs);
+      gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
+      const float* l = lse + size_t(bh) * T;
+      dV.setZero();
+      dK.setZero();
+      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
+        auto Pb = P.block(0, 0, nr, r1);
+        auto dPb = dP.block(0, 0, nr, r1);
+        Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+        for (int t = r0; t < r1; ++t) {
+          auto row = P.row(t - r0).head(t + 1).array();
+          row = (row * scale - A(l[t])).exp();
+          P.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+        }
+        dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
+        dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
+        for (int i = 0; i < nr; ++i) {
+          const A dot = P.row(i).head(r1).dot(dP.row(i).head(r1));
+          dP.row(i).head(r1).array() = P.row(i).head(r1).array() * (dP.row(i).head(r1).array() - dot) * scale;
+        }
+        dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
+        dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
+      }
+      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
+      scatter_add(dst, dQ.data(), ld, T, hs);
+      scatter_add(dst + C, dK.data(), ld, T, hs);
+      scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
+    }
+  }
+}
+
 #define RZ_INSTANTIATE(E)                                                                   \
   template void attention_forward<E>(E*, E*, const E*, int, int, int, int);               \
   template void attention_backward<E>(E*, const E*, const E*, const E*, int, int, int, int);
 RZ_INSTANTIATE(float)
 RZ_INSTANTIATE(bf16)
 RZ_INSTANTIATE(double)
+#define RZ_INSTANTIATE_FLASH(E)                                                                  \
+  template void attention_forward_flash<E>(E*, float*, const E*, int, int, int, int);          \
+  template void attention_backward_flash<E>(E*, const E*, const E*, const float*, int, int, int, int);
+RZ_INSTANTIATE_FLASH(float)
+RZ_INSTANTIATE_FLASH(bf16)
 
 }  // namespace rz

@@ -21,4 +21,20 @@ void attention_backward(E* dqkv,        // (B, T, 3C)
                         const E* att,   // (B, NH, T, T)
                         int B, int T, int C, int NH);
 
+// Flash-style twins: the same products in the same row blocks, but only a (32, T) block
+// of probabilities exists at a time. lse[b,h,t] = log sum_{t2<=t} exp(q_t . k_t2 / sqrt(hs)).
+// out is bitwise what attention_forward writes; the backward recomputes each probability
+// as exp(score - lse), which differs from the saved one by rounding only.
+template <typename E>
+void attention_forward_flash(E* out,        // (B, T, C)
+                             float* lse,    // (B, NH, T)
+                             const E* qkv,  // (B, T, 3C)
+                             int B, int T, int C, int NH);
+template <typename E>
+void attention_backward_flash(E* dqkv,           // (B, T, 3C), accumulates
+                              const E* dout,     // (B, T, C)
+                              const E* qkv,      // (B, T, 3C)
+                              const float* lse,  // (B, NH, T)
+                              int B, int T, int C, int NH);
+
 }  // namespace rz

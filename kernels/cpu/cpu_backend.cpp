@@ -55,6 +55,13 @@ class CpuOps final : public Ops<E> {
                           int NH) override {
     rz::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
   }
+  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) override {
+    rz::attention_forward_flash(out, lse, qkv, B, T, C, NH);
+  }
+  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
+                                int NH) override {
+    rz::attention_backward_flash(dqkv, dout, qkv, lse, B, T, C, NH);
+  }
   void gelu_forward(E* out, const E* inp, size_t n) override { rz::gelu_forward(out, inp, n); }
   void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {
     rz::gelu_backward(dinp, inp, dout, n);

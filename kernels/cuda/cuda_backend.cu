@@ -240,6 +240,23 @@ class CudaOps final : public Ops<E> {
                              ctx_->stream);
   }
 
+  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) override {
+    ctx_->bind();
+    RZ_CHECK(NH > 0 && C % NH == 0 && C / NH <= cuda::flash_max_head_size(),
+             "attention_forward_flash: head size C/NH = %d/%d must divide evenly and be at most %d", C, NH,
+             cuda::flash_max_head_size());
+    cuda::attention_forward_flash(dev(out), lse, dev(qkv), B, T, C, NH, ctx_->stream);
+  }
+  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
+                                int NH) override {
+    ctx_->bind();
+    RZ_CHECK(NH > 0 && C % NH == 0 && C / NH <= cuda::flash_max_head_size(),
+             "attention_backward_flash: head size C/NH = %d/%d must divide evenly and be at most %d", C, NH,
+             cuda::flash_max_head_size());
+    float* D = ctx_->floats(CudaContext::kScratchA, size_t(B) * NH * T);
+    cuda::attention_backward_flash(dev(dqkv), dev(dout), dev(qkv), lse, B, T, C, NH, D, ctx_->stream);
+  }
+
   void gelu_forward(E* out, const E* inp, size_t n) override {
     ctx_->bind();
     cuda::gelu_forward(dev(out), dev(inp), n, ctx_->stream);

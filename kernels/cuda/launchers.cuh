@@ -93,6 +93,15 @@ void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, 
                         E* dpre,      // (NH, T, T) scratch
                         cudaStream_t s);
 
+// --- attention_flash.cu (no (T, T) matrix: online softmax forward, lse-recomputing backward)
+int flash_max_head_size();  // hs above this is refused
+template <typename E>
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, cudaStream_t s);
+template <typename E>
+void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                              float* D,  // (B, NH, T) scratch
+                              cudaStream_t s);
+
 // --- gelu.cu, residual.cu
 template <typename E>
 void gelu_forward(E* out, const E* inp, size_t n, cudaStream_t s);
