@@ -86,4 +86,19 @@ Precision parse_precision(const std::string& name) {
   return parse_enum(name, kPrecisions, precision_name, "precision");
 }
 
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::gelu: return "gelu";
+    case Recompute::layer: return "layer";
+  }
+  return "?";
+}
+
+std::vector<std::string> recompute_names() { return enum_names(kRecomputes, recompute_name); }
+
+Recompute parse_recompute(const std::string& name) {
+  return parse_enum(name, kRecomputes, recompute_name, "recompute");
+}
+
 }  // namespace rz

@@ -1,4 +1,4 @@
-// model/config.h: GPT-2 shape, presets and precision.
+// model/config.h: GPT-2 shape, presets, precision and activation recompute modes.
 //
 // Legend used across model/ and kernels/: B batch, T time (sequence), C channels,
 // L layers, NH heads, V vocab, Vp padded vocab (V rounded up to a multiple of 64),
@@ -36,5 +36,20 @@ std::vector<std::string> precision_names();  // of kPrecisions, in order
 // Throws "precision: expected fp32 or bf16, found 'NAME'".
 Precision parse_precision(const std::string& name);
 inline size_t precision_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+// What the forward keeps for backward and what backward computes again instead.
+//   none   every layer's activations are kept (llm.c's layout).
+//   gelu   no layer keeps its MLP GELU output (N x 4C); backward recomputes it from fch.
+//   layer  each layer keeps only its input (the residual stream entering it, N x C); backward
+//          recomputes the block's forward into one block's worth of scratch just before
+//          that block's backward.
+// Gradients are bitwise the same in every mode (the recompute runs the same ops on the
+// same inputs).
+enum class Recompute : int { none, gelu, layer };
+inline constexpr Recompute kRecomputes[] = {Recompute::none, Recompute::gelu, Recompute::layer};
+const char* recompute_name(Recompute r);
+std::vector<std::string> recompute_names();  // of kRecomputes, in order
+// Throws "recompute: expected none, gelu or layer, found 'NAME'".
+Recompute parse_recompute(const std::string& name);
 
 }  // namespace rz

@@ -11,8 +11,12 @@
 //   ln1, ln1_mean, ln1_rstd   layernorm 1 of the block input
 //   qkv (N,3C), att (B,NH,T,T), atty (N,C)   attention
 //   res2 = input + attproj(atty)              (attproj itself is scratch)
-//   ln2, ln2_mean, ln2_rstd, fch (N,4C), fch_gelu (N,4C; scratch with recompute_gelu)
+//   ln2, ln2_mean, ln2_rstd, fch (N,4C), fch_gelu (N,4C; scratch with Recompute::gelu)
 //   res3 = res2 + fcproj(fch_gelu)            the block output
+// With Recompute::layer only res3 (the next block's input) is kept per layer: every other
+// field of every layer points into one block's worth of scratch. The forward writes it
+// and moves on; backward runs block_forward again for layer l (from layer l-1's res3)
+// just before layer l's backward, so the backward code reads the same fields either way.
 // Backward walks the layers in reverse with one residual-gradient buffer dres: it enters
 // a block as d(res3), becomes d(res2) after ln2's backward adds its part, and leaves as
 // d(input) after ln1's. Each tensor's gradient storage comes from sink.grad_ptr, and the
@@ -65,10 +69,9 @@ template <typename E>
 Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, int B, int T) {
   using A = float;  // per-row statistics are fp32 in both precisions
   const size_t N = size_t(B) * T, C = cfg.channels, NH = cfg.num_heads;
-  Acts<E> a;
-  a.encoded = cv.take<E>(N * C);
-  a.layers.resize(cfg.num_layers);
-  for (auto& l : a.layers) {
+  const bool gelu_scratch = opts.recompute == Recompute::gelu;
+  // One layer's tensors; with keep_res3 == false all but res3.
+  auto carve_layer = [&](LayerActs<E>& l, bool keep_res3) {
     l.ln1 = cv.take<E>(N * C);
     l.ln1_mean = cv.take<A>(N);
     l.ln1_rstd = cv.take<A>(N);
@@ -80,8 +83,21 @@ Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, 
     l.ln2_mean = cv.take<A>(N);
     l.ln2_rstd = cv.take<A>(N);
     l.fch = cv.take<E>(N * 4 * C);
-    l.fch_gelu = opts.recompute_gelu ? nullptr : cv.take<E>(N * 4 * C);
-    l.res3 = cv.take<E>(N * C);
+    l.fch_gelu = gelu_scratch ? nullptr : cv.take<E>(N * 4 * C);
+    l.res3 = keep_res3 ? cv.take<E>(N * C) : nullptr;
+  };
+  Acts<E> a;
+  a.encoded = cv.take<E>(N * C);
+  a.layers.resize(cfg.num_layers);
+  if (opts.recompute == Recompute::layer) {
+    LayerActs<E> block{};  // (scratch) one block's worth, shared by every layer
+    carve_layer(block, false);
+    for (auto& l : a.layers) {
+      l = block;
+      l.res3 = cv.take<E>(N * C);  // kept: the input of the next block (or of lnf)
+    }
+  } else {
+    for (auto& l : a.layers) carve_layer(l, true);
   }
   a.lnf = cv.take<E>(N * C);
   a.lnf_mean = cv.take<A>(N);
@@ -90,7 +106,7 @@ Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, 
   a.losses = cv.take<A>(N);
   a.lse = cv.take<A>(N);
   a.proj = cv.take<E>(N * C);
-  a.gelu_scratch = opts.recompute_gelu ? cv.take<E>(N * 4 * C) : nullptr;
+  a.gelu_scratch = gelu_scratch ? cv.take<E>(N * 4 * C) : nullptr;
   a.dres = cv.take<E>(N * C);
   a.dln = cv.take<E>(N * C);
   a.dfch = cv.take<E>(N * 4 * C);
@@ -163,12 +179,14 @@ struct GPT2::Impl {
   template <typename E>
   float forward(const int* in, const int* tg, int B_, int T_);
   template <typename E>
+  void block_forward(Acts<E>& a, int l, bool with_output);
+  template <typename E>
   void backward(GradSink& sink, float loss_scale);
 };
 
 template <typename E>
 float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
-  const int L = cfg.num_layers, C = cfg.channels, NH = cfg.num_heads, V = cfg.vocab_size,
+  const int L = cfg.num_layers, C = cfg.channels, V = cfg.vocab_size,
             Vp = cfg.padded_vocab_size;
   RZ_CHECK(B_ >= 1 && T_ >= 1, "forward: batch shape must be positive, found B=%d T=%d", B_, T_);
   RZ_CHECK(T_ <= cfg.max_seq_len, "forward: sequence length T=%d exceeds the model's maxT=%d", T_,
@@ -197,9 +215,32 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   op.encoder_forward(a.encoded, a.inputs, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
     RZ_TRACE_SCOPE("forward layer", l);
+    block_forward(a, l, true);
+  }
+  op.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
+                    param<E>(ParamKind::lnfb), int(N), C);
+  op.matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
+                 Vp);
+  logits_valid = true;
+  if (!tg) return 0.0f;
+  op.crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
+  double sum = 0;
+  for (size_t i = 0; i < N; ++i) sum += a.losses[i];
+  return float(sum / double(N));
+}
+
+// Block l's forward from its input (layer l-1's res3, or the embedding) into a.layers[l].
+// The forward calls it with with_output; Recompute::layer's backward calls it again
+// without, stopping after the GELU: backward needs everything but res3, which is kept.
+template <typename E>
+void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output) {
+  const int C = cfg.channels, NH = cfg.num_heads;
+  const size_t N = size_t(B) * T;
+  Ops<E>& op = backend->ops<E>();
+  {
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
-    E* gelu_out = opts.recompute_gelu ? a.gelu_scratch : la.fch_gelu;
+    E* gelu_out = opts.recompute == Recompute::gelu ? a.gelu_scratch : la.fch_gelu;
     op.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, param<E>(ParamKind::ln1w, l),
                       param<E>(ParamKind::ln1b, l), int(N), C);
     op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
@@ -213,20 +254,11 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
     op.matmul_forward(la.fch, la.ln2, param<E>(ParamKind::fcw, l), param<E>(ParamKind::fcb, l), int(N), C,
                    4 * C);
     op.gelu_forward(gelu_out, la.fch, N * 4 * C);
+    if (!with_output) return;
     op.matmul_forward(a.proj, gelu_out, param<E>(ParamKind::fcprojw, l), param<E>(ParamKind::fcprojb, l),
                    int(N), 4 * C, C);
     op.residual_forward(la.res3, la.res2, a.proj, N * C);
   }
-  op.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
-                    param<E>(ParamKind::lnfb), int(N), C);
-  op.matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
-                 Vp);
-  logits_valid = true;
-  if (!tg) return 0.0f;
-  op.crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
-  double sum = 0;
-  for (size_t i = 0; i < N; ++i) sum += a.losses[i];
-  return float(sum / double(N));
 }
 
 template <typename E>
@@ -264,10 +296,14 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
 
   for (int l = L - 1; l >= 0; --l) {
     RZ_TRACE_SCOPE("backward layer", l);
+    if (opts.recompute == Recompute::layer) {
+      RZ_TRACE_SCOPE("recompute layer", l);
+      block_forward(a, l, false);
+    }
     LayerActs<E>& la = a.layers[l];
     const E* res_in = l == 0 ? a.encoded : a.layers[l - 1].res3;
     const E* gelu_out = la.fch_gelu;
-    if (opts.recompute_gelu) {
+    if (opts.recompute == Recompute::gelu) {
       op.gelu_forward(a.gelu_scratch, la.fch, N * 4 * C);
       gelu_out = a.gelu_scratch;
     }
@@ -325,6 +361,10 @@ const ParamLayout& GPT2::layout() const { return impl_->layout; }
 Precision GPT2::precision() const { return impl_->opts.precision; }
 Device GPT2::device() const { return impl_->opts.device; }
 Backend& GPT2::backend() { return *impl_->backend; }
+Recompute GPT2::recompute() const { return impl_->opts.recompute; }
+size_t GPT2::activation_capacity_bytes() const {
+  return impl_->capB == 0 ? 0 : plan_bytes(impl_->cfg, impl_->opts, impl_->capB, impl_->capT);
+}
 void* GPT2::params() { return impl_->params.data(); }
 const void* GPT2::params() const { return impl_->params.data(); }
 

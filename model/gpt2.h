@@ -26,13 +26,15 @@ namespace rz {
 
 struct ModelOptions {
   Precision precision = Precision::fp32;
-  bool recompute_gelu = false;  // keep no fc GELU outputs; recompute them in backward
+  Recompute recompute = Recompute::none;
   Device device;                // where parameters and activations live (the host by default)
 
-  // A constructor rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
-  // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise).
-  ModelOptions(Precision p = Precision::fp32, bool recompute = false, Device dev = {})
-      : precision(p), recompute_gelu(recompute), device(dev) {}
+  // Constructors rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
+  // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise). The
+  // bool form is the older spelling: true means Recompute::gelu.
+  ModelOptions(Precision p = Precision::fp32, bool recompute_gelu = false, Device dev = {})
+      : precision(p), recompute(recompute_gelu ? Recompute::gelu : Recompute::none), device(dev) {}
+  ModelOptions(Precision p, Recompute r, Device dev = {}) : precision(p), recompute(r), device(dev) {}
 };
 
 class GPT2 {
@@ -72,7 +74,12 @@ class GPT2 {
   // Logits of the last forward as fp32 on the host: (B, T, Vp) row-major, padded columns included.
   void logits_f32(std::vector<float>& out) const;
 
-  // Activation bytes the model would allocate for (B, T); used by `ringzero memory`.
+  Recompute recompute() const;
+  // activation_bytes() for the largest (B, T) forwarded so far (0 before any forward).
+  size_t activation_capacity_bytes() const;
+
+  // Activation bytes the model would allocate for (B, T) (MemTag::activations, exactly:
+  // the tracker sees this much after a forward of that shape); used by `ringzero memory`.
   static size_t activation_bytes(const GPT2Config& cfg, const ModelOptions& opts, int B, int T);
 
  private:

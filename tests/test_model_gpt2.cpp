@@ -379,3 +379,74 @@ TEST_CASE("presets, layout order and activation accounting", "[model]") {
   CHECK(GPT2::activation_bytes(cfg, ModelOptions{Precision::fp32, true}, 2, 16) <
         GPT2::activation_bytes(cfg, ModelOptions{}, 2, 16));
 }
+
+// Recompute::layer keeps only each block's input and reruns the block in backward: the
+// losses and every gradient tensor must be bitwise those of Recompute::none (and gelu),
+// in both precisions, on the tiny model and a d2-shaped one (C=128, NH=2), over two
+// forward/backward rounds with different batches (the second reuses the scratch).
+TEST_CASE("recompute layer gives bitwise the gradients of none and gelu", "[model][recompute]") {
+  GPT2Config d2 = model_preset("d2");
+  d2.vocab_size = 300;  // a small vocabulary keeps the test fast; the blocks are d2's
+  d2.max_seq_len = 32;
+  for (const GPT2Config& cfg : {model_preset("tiny"), d2}) {
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      INFO("L=" << cfg.num_layers << " C=" << cfg.channels << " " << precision_name(prec));
+      const int B = 2, T = std::min(16, cfg.max_seq_len);
+      std::vector<std::vector<float>> grads;
+      std::vector<float> losses;
+      for (Recompute r : kRecomputes) {
+        GPT2 m(cfg, ModelOptions{prec, r});
+        m.init_random(5);
+        FullGradSink g(m.layout().total, prec);
+        for (int round = 0; round < 2; ++round) {
+          std::vector<int> x = tokens(B * T, cfg.vocab_size, 40 + round), y = tokens(B * T, cfg.vocab_size, 50 + round);
+          losses.push_back(m.forward(x.data(), y.data(), B, T));
+          m.backward(g, 0.5f);
+        }
+        grads.push_back(grads_f32(g, prec));
+      }
+      for (size_t r = 1; r < grads.size(); ++r) {
+        INFO("recompute " << recompute_name(kRecomputes[r]));
+        CHECK(losses[2 * r] == losses[0]);
+        CHECK(losses[2 * r + 1] == losses[1]);
+        GPT2 probe(cfg, ModelOptions{prec});
+        for (const ParamTensor& t : probe.layout().tensors) {
+          INFO(t.name);
+          REQUIRE(std::memcmp(grads[r].data() + t.offset, grads[0].data() + t.offset, t.numel * 4) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("activation_bytes is what the tracker sees, in every recompute mode", "[model][recompute]") {
+  const GPT2Config cfg = model_preset("tiny");
+  MemoryTracker& mt = MemoryTracker::global();
+  std::vector<size_t> bytes;
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    for (Recompute r : kRecomputes) {
+      const size_t before = mt.current(MemTag::activations);
+      const int B = 3, T = 24;
+      {
+        GPT2 m(cfg, ModelOptions{prec, r});
+        m.init_random(1);
+        std::vector<int> x = tokens(B * T, cfg.vocab_size, 1);
+        m.forward(x.data(), x.data(), B, T);
+        const size_t want = GPT2::activation_bytes(cfg, ModelOptions{prec, r}, B, T);
+        CHECK(mt.current(MemTag::activations) - before == want);
+        bytes.push_back(want);
+      }
+      CHECK(mt.current(MemTag::activations) == before);
+    }
+    // none > gelu > layer, and layer keeps per layer only (N, C) of the residual stream.
+    const size_t n = bytes.size();
+    CHECK(bytes[n - 3] > bytes[n - 2]);
+    CHECK(bytes[n - 2] > bytes[n - 1]);
+  }
+  // Going from gelu to layer saves, per layer but one, everything except res3 and the GELU output.
+  GPT2Config big = cfg;
+  big.num_layers = 6;
+  const size_t l2 = GPT2::activation_bytes(cfg, ModelOptions{Precision::fp32, Recompute::layer}, 4, 32);
+  const size_t l6 = GPT2::activation_bytes(big, ModelOptions{Precision::fp32, Recompute::layer}, 4, 32);
+  CHECK(l6 - l2 == 4 * size_t(4 * 32 * cfg.channels) * sizeof(float));  // 4 more layers x (N, C)
+}

@@ -1,12 +1,15 @@
-// train/cmd_memory.cpp: `ringzero memory` -- bytes per rank for ddp / zero1 / zero2 without
+// train/cmd_memory.cpp: `ringzero memory` -- bytes per rank for every strategy without
 // running anything.
 //
 // Two sources of a model size:
 //   --params P             a bare parameter count: model states only (the ZeRO paper's and
 //                          the seed article's tables; docs/comm.md), from the bytes/param formulas;
-//   --model / --layers ... a GPT-2 shape: the real parameter layout, so the model states are
-//                          the exact bytes ringzero allocates (bucket padding included), plus
-//                          zero2's staging buckets and the activations for (--batch, --seq).
+//   --model / --layers ... a GPT-2 shape: the planner (train/memory_plan.h) gives the exact
+//                          model states (bucket padding included), zero2's staging buckets, the
+//                          activations for (--batch, --seq, --recompute), the step's working
+//                          buffers and the start-up transient, and so the peak per rank;
+//                          --budget turns it around: the largest micro-batch that fits, per
+//                          strategy and recompute mode.
 // The formulas are in zero/memory_formula.h; GB here are decimal (1e9 bytes), as the seed
 // article counts them (7B x 16 bytes = 112 GB).
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include "model/gpt2.h"
 #include "model/layout.h"
 #include "train/command.h"
+#include "train/memory_plan.h"
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
 #include "zero/strategy.h"
@@ -32,7 +36,7 @@ namespace {
 
 struct MemoryArgs {
   std::string model;
-  int layers = 0, channels = 0, heads = 0, vocab = 0, seq = 0;
+  int layers = 0, channels = 0, heads = 0, vocab = 0, seq = 0, max_seq = 0;
   int batch = 1;
   double params = 0.0;
   std::vector<int> nranks;
@@ -40,6 +44,10 @@ struct MemoryArgs {
   std::string strategy = "all";
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
+  std::string recompute = "none";
+  std::string budget;
+  std::string device = "cpu";
+  int threads = 1;
   bool json = false;
 };
 
@@ -52,7 +60,8 @@ struct Row {
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
-  double total() const { return states + std::max(0.0, staging) + std::max(0.0, activations); }
+  std::vector<MemoryPlan> plans = {};     // shape given: the planner's answer per recompute mode asked
+  double total() const { return double(plans.at(0).peak()); }
 };
 
 std::string dec_bytes(double b) {
@@ -88,8 +97,13 @@ int run_memory(int argc, char** argv) {
       "(train --grad-shard-fp32 keeps it in fp32: 4/N) and holds staging buckets\n"
       "(--buckets-in-flight buffers sized like the largest buckets + one reserved for the bucket\n"
       "holding the tied wte); both are shown in their own rows. With --params only the model states are known;\n"
-      "with a model shape (--model or --layers/--channels/...) the exact allocation (bucket\n"
-      "padding included), the staging buckets and the activations for --batch x --seq are added.",
+      "with a model shape (--model or --layers/--channels/...) the planner adds, per rank: the exact\n"
+      "allocation (bucket padding included), the staging buckets, the activations for --batch x --seq\n"
+      "under --recompute (none keeps every layer's activations; gelu drops the MLP's GELU outputs;\n"
+      "layer keeps only each block's input and reruns the block in backward), the step's working\n"
+      "buffers (the ring's ReduceScatter chunk; CPU kernel scratch with --device cpu), and the\n"
+      "sharded strategies' start-up copy; peak = max(step, start-up). With --budget 80GB it prints\n"
+      "the largest micro-batch per rank that fits, per strategy and recompute mode.",
       "ringzero memory"};
   app.add_option("--model", a.model, "preset: tiny, d2, d4, d6, d12, d24, d36, d48");
   app.add_option("--layers", a.layers, "L (overrides the preset; default preset d12)")->check(CLI::PositiveNumber);
@@ -98,8 +112,9 @@ int run_memory(int argc, char** argv) {
   app.add_option("--vocab", a.vocab, "V")->check(CLI::PositiveNumber);
   app.add_option("--seq", a.seq, "T: sequence length of the activations and rows of wpe (default the model's maxT)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--batch", a.batch, "B: micro-batch size per rank for the activations")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--max-seq", a.max_seq, "maxT: rows of wpe when they differ from --seq (train's max_seq)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", a.batch, "B: micro-batch size per rank for the activations")->capture_default_str();
   app.add_option("--params", a.params, "a bare parameter count such as 7e9 (model states only)");
   app.add_option("--nranks", a.nranks, "number of ranks N (repeatable; default 1 2 4 8 64)")
       ->check(CLI::Range(1, 1 << 20));
@@ -112,14 +127,30 @@ int run_memory(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
   app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging buffers besides wte's")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  std::vector<std::string> recompute_choices = recompute_names();
+  recompute_choices.emplace_back("all");
+  app.add_option("--recompute", a.recompute,
+                 "activations kept: none, gelu, layer (or all: one row each); --budget tries all unless given")
+      ->check(CLI::IsMember(recompute_choices));
+  app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB or 24GiB: print the largest micro-batch that fits");
+  app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line naming the flag (CLI11's own text adds a second, and for a range check
+    // prints DBL_MAX in full).
+    std::string what = e.what();
+    if (const size_t cut = what.find(" not in range"); cut != std::string::npos) what = what.substr(0, cut) + " is out of range";
+    RZ_FAIL("%s", what.c_str());
   }
+  RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
 
-  const bool shape = !a.model.empty() || a.layers || a.channels || a.heads || a.vocab || a.seq;
+  const bool shape = !a.model.empty() || a.layers || a.channels || a.heads || a.vocab || a.seq || a.max_seq;
   RZ_CHECK(!(shape && a.params > 0), "--params: a bare parameter count cannot be combined with a model shape (--model, --layers, ...)");
   RZ_CHECK(shape || a.params > 0, "give a model: --model PRESET, --layers/--channels/--heads/--vocab/--seq, or --params COUNT");
   if (!shape)
@@ -137,6 +168,7 @@ int run_memory(int argc, char** argv) {
   ParamLayout layout;
   double P = a.params;
   int T = 0;
+  RZ_CHECK(a.max_seq == 0 || a.seq <= a.max_seq, "--seq: T=%d exceeds --max-seq %d", a.seq, a.max_seq);
   if (shape) {
     cfg = model_preset(a.model.empty() ? "d12" : a.model);
     if (a.layers) cfg.num_layers = a.layers;
@@ -144,14 +176,65 @@ int run_memory(int argc, char** argv) {
     if (a.heads) cfg.num_heads = a.heads;
     if (a.vocab) cfg.vocab_size = a.vocab;
     if (a.seq) cfg.max_seq_len = a.seq;
+    if (a.max_seq) cfg.max_seq_len = a.max_seq;
     finalize_config(cfg);
     layout = build_param_layout(cfg);
     P = static_cast<double>(layout.total);
-    T = cfg.max_seq_len;
+    T = a.seq ? a.seq : cfg.max_seq_len;
   }
-  ModelOptions mopts;
-  mopts.precision = prec;
-  const double act = shape ? static_cast<double>(GPT2::activation_bytes(cfg, mopts, a.batch, T)) : -1.0;
+  const std::vector<Recompute> recomputes =
+      a.recompute == "all" ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
+                           : std::vector<Recompute>{parse_recompute(a.recompute)};
+  // The planner's question for strategy k on n ranks (batch and recompute filled in later).
+  auto plan_input = [&](StrategyKind k, int n, Recompute rc) {
+    MemoryPlanInput in;
+    in.cfg = cfg;
+    in.precision = prec;
+    in.recompute = rc;
+    in.kind = k;
+    in.nranks = n;
+    in.batch = a.batch;
+    in.seq = T;
+    in.bucket_mb = a.bucket_mb;
+    in.buckets_in_flight = a.buckets_in_flight;
+    in.cpu = a.device == "cpu";
+    in.threads = a.threads;
+    return in;
+  };
+  if (!a.budget.empty()) {
+    RZ_CHECK(shape, "--budget: needs a model shape (--model or --layers/...), not a bare --params count");
+    const double budget = parse_byte_size(a.budget, "--budget");
+    const std::vector<Recompute> modes = a.recompute == "none" && !app.count("--recompute")
+                                             ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
+                                             : recomputes;
+    nlohmann::json j = {{"budget_bytes", budget}, {"precision", precision_name(prec)}, {"seq", T},
+                        {"rows", nlohmann::json::array()}};
+    if (!a.json) {
+      std::printf("largest micro-batch B per rank whose peak fits %s (%.0f bytes); L=%d C=%d T=%d, %s, %s ranks\n\n",
+                  a.budget.c_str(), budget, cfg.num_layers, cfg.channels, T, precision_name(prec), a.device.c_str());
+      std::printf("%-7s %-10s", "", "recompute");
+      for (int n : a.nranks) std::printf(" %8s", strfmt("N=%d", n).c_str());
+      std::printf("\n");
+    }
+    for (StrategyKind k : kinds)
+      for (Recompute rc : modes) {
+        if (!a.json) std::printf("%-7s %-10s", strategy_name(k), recompute_name(rc));
+        for (int n : a.nranks) {
+          const int b = largest_batch(plan_input(k, n, rc), budget);
+          if (a.json)
+            j["rows"].push_back({{"strategy", strategy_name(k)}, {"recompute", recompute_name(rc)}, {"nranks", n},
+                                 {"largest_batch", b}});
+          else
+            std::printf(" %8s", b == 0 ? "-" : std::to_string(b).c_str());
+        }
+        if (!a.json) std::printf("\n");
+      }
+    if (a.json)
+      std::printf("%s\n", j.dump(2).c_str());
+    else
+      std::printf("\n- : not even B=1 fits. peak = max(model states + staging + activations + working, start-up)\n");
+    return 0;
+  }
 
   std::vector<Row> rows;
   for (StrategyKind k : kinds) {
@@ -162,17 +245,17 @@ int run_memory(int argc, char** argv) {
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
         BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n);
-        // The same pool rule Zero2Strategy allocates by, asked for the plan it would build.
-        const StagingPool pool =
-            k == StrategyKind::zero2 ? zero2_staging_pool(layout, plan, a.buckets_in_flight) : StagingPool{};
-        ExactStateBytes e = exact_state_bytes(plan, k, prec, pool);
+        // The same pool rule the strategy allocates by, asked for the plan it would build.
+        const StagingPool pool = staging_pool_for(k, layout, plan, a.buckets_in_flight);
+        for (Recompute rc : recomputes) r.plans.push_back(plan_memory(plan_input(k, n, rc)));
+        const ExactStateBytes& e = r.plans[0].states;
         r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging);
         const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true);
         r.states_fp32_shard = static_cast<double>(f.total() - f.staging);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);
-        r.activations = act;
+        r.activations = static_cast<double>(r.plans[0].activations);
       }
       rows.push_back(r);
     }
@@ -185,7 +268,8 @@ int run_memory(int argc, char** argv) {
     if (shape) {
       j["model"] = {{"layers", cfg.num_layers}, {"channels", cfg.channels}, {"heads", cfg.num_heads},
                     {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
-                    {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}};
+                    {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
+      j["recompute"] = recompute_name(recomputes[0]);
     }
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows) {
@@ -203,12 +287,24 @@ int run_memory(int argc, char** argv) {
                            {"master", tag(r.exact.master, r.ringzero.master)},
                            {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
                            {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
-                           {"comm", shape ? r.staging : 0.0},
-                           {"activations", shape ? r.activations : 0.0}};
+                           {"comm", shape ? r.staging + double(r.plans[0].ring_work) : 0.0},
+                           {"activations", shape ? r.activations : 0.0},
+                           {"workspace", shape ? double(r.plans[0].kernel_scratch) : 0.0}};
       if (shape) {
+        // The first --recompute mode's plan (all: none); "by_recompute" has every mode asked.
+        const MemoryPlan& p = r.plans[0];
         o["staging_bytes"] = r.staging;
         o["activation_bytes"] = r.activations;
-        o["total_bytes"] = r.total();
+        o["ring_work_bytes"] = p.ring_work;
+        o["kernel_scratch_bytes"] = p.kernel_scratch;
+        o["startup_bytes"] = p.startup;
+        o["step_bytes"] = p.step();
+        o["total_bytes"] = p.peak();  // the peak per rank: max(step, start-up)
+        nlohmann::json by = nlohmann::json::object();
+        for (size_t i = 0; i < recomputes.size(); ++i)
+          by[recompute_name(recomputes[i])] = {{"activation_bytes", r.plans[i].activations},
+                                               {"total_bytes", r.plans[i].peak()}};
+        o["by_recompute"] = by;
       }
       j["rows"].push_back(o);
     }
@@ -217,19 +313,19 @@ int run_memory(int argc, char** argv) {
   }
 
   if (shape)
-    std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d\n",
+    std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d; %s ranks\n",
                 cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-                cfg.max_seq_len, P, precision_name(prec), a.batch, T);
+                cfg.max_seq_len, P, precision_name(prec), a.batch, T, a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", P, precision_name(prec));
   std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s\n\n",
               prec == Precision::fp32 ? "fp32 params are the master weights"
                                       : "bf16 params/grads + fp32 master, m, v");
-  std::printf("%-7s %-28s", "", "bytes/param");
+  std::printf("%-7s %-32s", "", "bytes/param");
   for (int n : a.nranks) std::printf(" %11s", strfmt("N=%d", n).c_str());
   std::printf("\n");
   auto line = [&](const char* name, const std::string& label, StrategyKind k, auto value) {
-    std::printf("%-7s %-28s", name, label.c_str());
+    std::printf("%-7s %-32s", name, label.c_str());
     for (const Row& r : rows)
       if (r.kind == k) std::printf(" %11s", dec_bytes(value(r)).c_str());
     std::printf("\n");
@@ -247,15 +343,22 @@ int run_memory(int argc, char** argv) {
         const auto z = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == StrategyKind::zero2; });
         line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
       }
-      line("", "+ activations", k, [](const Row& r) { return r.activations; });
-      line("", "= total", k, [](const Row& r) { return r.total(); });
+      for (size_t i = 0; i < recomputes.size(); ++i)
+        line("", strfmt("+ activations (recompute %s)", recompute_name(recomputes[i])), k,
+             [i](const Row& r) { return double(r.plans[i].activations); });
+      line("", "+ working (ring, kernels)", k, [](const Row& r) { return double(r.plans[0].working()); });
+      if (std::any_of(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k && r.plans[0].startup > 0; }))
+        line("", "start-up peak (fp32 copy)", k, [](const Row& r) { return double(r.plans[0].startup); });
+      for (size_t i = 0; i < recomputes.size(); ++i)
+        line("", recomputes.size() > 1 ? strfmt("= peak (recompute %s)", recompute_name(recomputes[i])) : std::string("= peak"),
+             k, [i](const Row& r) { return double(r.plans[i].peak()); });
     }
   }
   return 0;
 }
 
 const RegisterCommand kRegister{Command{
-    "memory", "bytes per rank for ddp / zero1 / zero2 from formulas (7B bf16 DDP = 112 GB)", run_memory, 40}};
+    "memory", "bytes per rank per strategy from formulas (7B bf16 DDP = 112 GB); --budget: largest micro-batch", run_memory, 40}};
 
 }  // namespace
 }  // namespace rz

@@ -22,6 +22,7 @@
 #include "base/check.h"
 #include "kernels/backend.h"
 #include "comm/factory.h"
+#include "model/config.h"
 #include "zero/buckets.h"
 
 namespace rz {
@@ -43,7 +44,7 @@ enum class Allowed {
   transport,     // comm/'s transports between processes
   comm,          // comm/'s collective backends
   resume,        // no, yes or auto (true/false, 1/0, on/off are read as yes/no)
-  recompute,     // none or gelu
+  recompute,     // none, gelu or layer (model/gpt2.h's Recompute)
   bucket_mb,     // zero/'s check of a bucket size
 };
 
@@ -65,7 +66,7 @@ const Setting kSettings[] = {
   {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
   {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
   {"device", &TrainConfig::device, Allowed::device, "where the model runs (GPUs: one rank per job for now)"},
-  {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none, or gelu (the MLP's GELU output, 4C per position per layer)"},
+  {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
   {"threads", &TrainConfig::threads, Allowed::non_negative, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
   {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
   {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
@@ -179,7 +180,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::device: return "cpu, cuda or cuda:K";
     case Allowed::transport: return process_transport_names();
     case Allowed::resume: return "no, yes or auto (or true/false)";
-    case Allowed::recompute: return "none or gelu";
+    case Allowed::recompute: return or_list(recompute_names());
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
   }
@@ -218,7 +219,8 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
           if (k.allowed == Allowed::recompute)
-            RZ_CHECK(v == "none" || v == "gelu", "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
+            RZ_CHECK(std::ranges::count(recompute_names(), v) == 1, "expected %s, found '%s'",
+                     allowed_text(k).c_str(), v.c_str());
           if (k.allowed == Allowed::resume)
             RZ_CHECK(v == "no" || v == "yes" || v == "auto", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());

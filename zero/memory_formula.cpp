@@ -57,4 +57,9 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
   return e;
 }
 
+StagingPool staging_pool_for(StrategyKind kind, const ParamLayout& layout, const BucketPlan& plan,
+                             int buckets_in_flight) {
+  return kind == StrategyKind::zero2 ? zero2_staging_pool(layout, plan, buckets_in_flight) : StagingPool{};
+}
+
 }  // namespace rz

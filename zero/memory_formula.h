@@ -58,4 +58,10 @@ struct ExactStateBytes {
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
                                   const StagingPool& staging, bool grad_shard_fp32 = false);
 
+// The staging pool a strategy of this kind allocates for this plan (zero2_staging_pool()
+// for the strategies that stage gradients; empty for the others): what `ringzero memory`
+// and the planner pass to exact_state_bytes for a strategy they do not build.
+StagingPool staging_pool_for(StrategyKind kind, const ParamLayout& layout, const BucketPlan& plan,
+                             int buckets_in_flight);
+
 }  // namespace rz

@@ -40,6 +40,8 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
   rep.formula = ringzero_formula(rep.kind, rep.precision, rep.nranks, strategy.options().grad_shard_fp32);
   rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
   rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32);
+  rep.recompute = model.recompute();
+  rep.activations = model.activation_capacity_bytes();
 
   // 20 uint64 per rank, as 40 fp32 words.
   constexpr size_t kWords = sizeof(RankMemoryCounters) / sizeof(float);
@@ -55,9 +57,9 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
 static std::string mb(double bytes) { return strfmt("%.2f MB", bytes / 1e6); }
 
 void print_memory_report(const MemoryReport& r, FILE* out) {
-  std::fprintf(out, "memory after step 1: %s, %s, N = %d (%s), %zu params, %zu buckets, on %s\n",
+  std::fprintf(out, "memory after step 1: %s, %s, N = %d (%s), %zu params, %zu buckets, recompute %s, on %s\n",
                strategy_name(r.kind), precision_name(r.precision), r.nranks, r.transport.c_str(),
-               r.num_params, r.num_buckets, device_name(r.device).c_str());
+               r.num_params, r.num_buckets, recompute_name(r.recompute), device_name(r.device).c_str());
   if (r.transport == "thread")
     std::fprintf(out, "  (thread ranks share one process: every column is the sum over ranks)\n");
   std::fprintf(out, "  formula (bytes/param): params %.3g + grads %.3g + master %.3g + m %.3g + v %.3g = %.4g"
@@ -71,12 +73,12 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   for (int k = 0; k < r.nranks; ++k) std::fprintf(out, "  %24s", strfmt("rank %d cur / peak", k).c_str());
   std::fprintf(out, "  %14s\n", "formula/rank");
   const size_t expect[kNumMemTags] = {r.expected.params, r.expected.grads, r.expected.master,
-                                      r.expected.adam_m, r.expected.adam_v, 0, r.expected.staging, 0};
+                                      r.expected.adam_m, r.expected.adam_v, r.activations, r.expected.staging, 0};
   for (int i = 0; i < kNumMemTags; ++i) {
     std::fprintf(out, "  %-12s", mem_tag_name(static_cast<MemTag>(i)));
     for (const RankMemoryCounters& m : r.ranks)
       std::fprintf(out, "  %24s", (mb(double(m.current[i])) + " / " + mb(double(m.peak[i]))).c_str());
-    bool has_formula = i != static_cast<int>(MemTag::activations) && i != static_cast<int>(MemTag::workspace);
+    bool has_formula = i != static_cast<int>(MemTag::workspace);
     std::string f = has_formula ? mb(double(expect[i])) : std::string("-");
     if (i == static_cast<int>(MemTag::comm)) f += " +transport";
     std::fprintf(out, "  %14s\n", f.c_str());
@@ -117,7 +119,8 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["expected_bytes"] = {{"params", r.expected.params}, {"grads", r.expected.grads},
                          {"master", r.expected.master}, {"adam_m", r.expected.adam_m},
                          {"adam_v", r.expected.adam_v}, {"comm_staging", r.expected.staging},
-                         {"total", r.expected.total()}};
+                         {"total", r.expected.total()}, {"activations", r.activations}};
+  j["recompute"] = recompute_name(r.recompute);
   json ranks = json::array();
   for (size_t k = 0; k < r.ranks.size(); ++k) {
     json cur, peak;

@@ -53,6 +53,8 @@ struct MemoryReport {
   PerParamBytes formula;       // ringzero's bytes/param
   PerParamBytes paper;         // the ZeRO paper's bytes/param
   ExactStateBytes expected;    // per rank, padding included
+  Recompute recompute = Recompute::none;
+  size_t activations = 0;      // GPT2::activation_bytes for the largest (B, T) run, per rank
   std::vector<RankMemoryCounters> ranks;
 };
 

@@ -1,0 +1,131 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "base/check.h"
+#include "kernels/cpu/matmul_onednn.h"
+#include "model/gpt2.h"
+#include "model/layout.h"
+#include "zero/buckets.h"
+
+namespace rz {
+
+namespace {
+
+// The matmuls of one step, as (C_in, OC, has_bias): per layer qkv, attproj, fc, fcproj,
+// then the tied classifier (no bias). N = B*T rows each.
+struct MatmulShape {
+  size_t in, out;
+  bool bias;
+};
+
+// Bytes of the CPU kernels' per-thread scratch after one step (kernels/cpu/matmul.cpp's
+// five fp32 slots of the rank's thread, grown to the largest use and kept; and
+// kernels/cpu/attention.cpp's per-head fp32 buffer, one per OpenMP thread of the team).
+size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
+  const GPT2Config& c = in.cfg;
+  const size_t N = size_t(in.batch) * T, C = c.channels, hs = C / c.num_heads;
+  size_t bytes = 0;
+  if (in.precision == Precision::bf16) {
+    const MatmulShape shapes[] = {{C, 3 * C, true}, {C, C, true}, {C, 4 * C, true}, {4 * C, C, true},
+                                  {C, size_t(c.padded_vocab_size), false}};
+    const bool units = onednn_bf16_matmul_available();
+    size_t slot[5] = {};
+    auto use = [&slot](int i, size_t n) { slot[i] = std::max(slot[i], n); };
+    for (const MatmulShape& m : shapes) {
+      if (!units) {  // forward converts every operand to fp32
+        use(0, N * m.in);
+        use(1, m.out * m.in);
+        use(2, N * m.out);
+        if (m.bias) use(3, m.out);
+      }
+      use(0, N * m.out);  // backward: dout in fp32, always
+      if (!units) {
+        use(2, m.out * m.in);  // weight, then dweight
+        use(3, N * m.in);      // dinp (every backward matmul has one: the classifier's is dlnf)
+        use(1, N * m.in);      // inp
+      }
+      if (m.bias) use(4, m.out);
+    }
+    for (size_t s : slot) bytes += s * sizeof(float);
+  }
+  // Attention: backward's 7 (T, hs) + 2 (T, T) fp32 per thread is the larger of the two uses.
+  bytes += size_t(std::max(1, in.threads)) * (7 * size_t(T) * hs + 2 * size_t(T) * T) * sizeof(float);
+  return bytes;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  RZ_CHECK(in.batch >= 1, "batch: expected a positive micro-batch, found %d", in.batch);
+  RZ_CHECK(in.nranks >= 1, "nranks: expected at least 1, found %d", in.nranks);
+  const int T = in.seq > 0 ? in.seq : in.cfg.max_seq_len;
+  const ParamLayout layout = build_param_layout(in.cfg);
+  const size_t pb = precision_bytes(in.precision);
+  const BucketPlan plan = build_bucket_plan(layout, in.bucket_mb, pb, in.nranks);
+  const bool sharded = in.kind != StrategyKind::ddp;
+  const StagingPool pool = staging_pool_for(in.kind, layout, plan, in.buckets_in_flight);
+  MemoryPlan p;
+  p.states = exact_state_bytes(plan, in.kind, in.precision, pool, in.grad_shard_fp32);
+  p.activations = GPT2::activation_bytes(in.cfg, ModelOptions{in.precision, in.recompute}, in.batch, T);
+  if (sharded && in.nranks > 1) {
+    // comm/ring.cpp: ReduceScatter keeps partial sums in one chunk-sized buffer, the
+    // largest bucket's shard; AllReduce (ddp) and AllGather work in place.
+    size_t shard = 0;
+    for (const Bucket& b : plan.buckets) shard = std::max(shard, b.shard);
+    p.ring_work = shard * pb;
+  }
+  if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
+  if (sharded && in.precision == Precision::bf16) {
+    // zero/sharded.cpp's constructor: parameters + master shard + a full fp32 copy.
+    p.startup = p.states.params + p.states.master + layout.total * sizeof(float);
+  }
+  return p;
+}
+
+int largest_batch(MemoryPlanInput in, double budget, int max_batch) {
+  in.batch = 1;
+  if (double(plan_memory(in).peak()) > budget) return 0;
+  // peak() grows with B: double, then bisect between the last fit and the first miss.
+  int lo = 1, hi = 2;
+  while (hi <= max_batch) {
+    in.batch = hi;
+    if (double(plan_memory(in).peak()) > budget) break;
+    lo = hi;
+    hi = hi > max_batch / 2 ? max_batch + 1 : hi * 2;
+  }
+  if (hi > max_batch) return lo;
+  while (hi - lo > 1) {
+    in.batch = lo + (hi - lo) / 2;
+    (double(plan_memory(in).peak()) > budget ? hi : lo) = in.batch;
+  }
+  return lo;
+}
+
+double parse_byte_size(const std::string& text, const char* what) {
+  auto bad = [&]() -> double {
+    fail(strfmt("%s: expected a size such as 80GB or 512MiB, found '%s'", what, text.c_str()));
+  };
+  const char* s = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || !std::isfinite(v) || v <= 0) return bad();
+  std::string unit(end);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char ch) { return std::isspace(ch); }), unit.end());
+  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  struct Unit {
+    const char* name;
+    double bytes;
+  };
+  const Unit units[] = {{"", 1},      {"B", 1},       {"KB", 1e3},          {"MB", 1e6},
+                        {"GB", 1e9},  {"TB", 1e12},   {"KIB", 1024.0},      {"MIB", 1048576.0},
+                        {"GIB", 1073741824.0},         {"TIB", 1099511627776.0}};
+  for (const Unit& u : units)
+    if (unit == u.name) return v * u.bytes;
+  return bad();
+}
+
+}  // namespace rz

@@ -1,0 +1,66 @@
+// train/memory_plan.h: the peak bytes one rank holds during training, before running it.
+//
+// `ringzero memory --model ...` (train/cmd_memory.cpp) answers "does it fit?" with the same
+// allocation rules the trainer follows, each from its owner:
+//   model states   zero/memory_formula.h's exact_state_bytes (parameters, gradient buffer or
+//                  owned shard, master/m/v, zero2's staging pool), for the bucket plan the
+//                  strategy would build;
+//   activations    GPT2::activation_bytes for (B, T) and the recompute mode (logits included);
+//   working        what the step allocates besides: the ring's chunk-sized reduce buffer
+//                  (ReduceScatter of the largest bucket, sharded strategies), and on CPU ranks
+//                  the kernels' per-thread fp32 scratch (bf16 matmuls, attention heads);
+//   start-up       the sharded strategies read the bf16 parameters into a full fp32 copy once
+//                  while they build their master shard (zero/sharded.cpp): a transient peak.
+// peak() = max(states + activations + working, start-up). The planner test
+// (tests/test_train_memory_plan.cpp) holds it to the tracker's measured peak of a real step.
+// Strategies come from kStrategyKinds and exact_state_bytes: a new strategy there appears
+// in the planner without edits here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "model/config.h"
+#include "zero/memory_formula.h"
+#include "zero/strategy_options.h"
+
+namespace rz {
+
+struct MemoryPlanInput {
+  GPT2Config cfg;         // finalized
+  Precision precision = Precision::bf16;
+  Recompute recompute = Recompute::none;
+  StrategyKind kind = StrategyKind::ddp;
+  int nranks = 1;
+  int batch = 1;          // B, the micro-batch per rank
+  int seq = 0;            // T (0: cfg.max_seq_len)
+  double bucket_mb = StrategyOptions{}.bucket_mb;
+  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
+  bool grad_shard_fp32 = false;
+  bool cpu = true;        // CPU ranks: count the CPU kernels' scratch
+  int threads = 1;        // OpenMP threads per rank (attention scratch is per thread)
+};
+
+struct MemoryPlan {
+  ExactStateBytes states;     // per tag; states.staging is zero2's pool (MemTag::comm)
+  size_t activations = 0;     // MemTag::activations
+  size_t ring_work = 0;       // MemTag::comm: the ring's reduce buffer
+  size_t kernel_scratch = 0;  // MemTag::workspace during the step
+  size_t startup = 0;         // peak while the strategy is built
+  size_t working() const { return ring_work + kernel_scratch; }
+  size_t step() const { return states.total() + activations + working(); }
+  size_t peak() const { return step() > startup ? step() : startup; }
+};
+
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+// The largest micro-batch B whose peak() fits in budget bytes (0 when even B = 1 does
+// not), searched up to max_batch.
+int largest_batch(MemoryPlanInput in, double budget, int max_batch = 1 << 20);
+
+// "80GB", "80 GiB", "512MB", "1.5e9", "64KiB": bytes (GB = 1e9, GiB = 2^30). Throws
+// "WHAT: expected a size such as 80GB or 512MiB, found 'TEXT'" on anything else,
+// a negative, zero or non-finite size included.
+double parse_byte_size(const std::string& text, const char* what);
+
+}  // namespace rz
