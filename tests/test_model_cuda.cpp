@@ -1,7 +1,8 @@
 // tests/test_model_cuda.cpp: the whole GPT-2 on the GPU against the same model on the CPU
 // (llm.c's test_gpt2 habit): same parameters, same batch, then the logits, the loss and
 // every gradient tensor compared, for the tiny and d2 presets in fp32 and bf16; and a few
-// AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical.
+// AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical;
+// and --recompute gelu / layer must give bitwise the gradients of none.
 // Gradients are compared per tensor by relative norm, ||gpu - cpu|| / ||cpu||, with a
 // bound by precision (fp32 arithmetic lands far below 1e-4; bf16 near 1e-2), plus an
 // element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
@@ -182,6 +183,34 @@ TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]")
       CHECK(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
     }
     CHECK(a.back() < a.front() + 1.0f);  // training, not diverging
+  }
+}
+
+// Recompute::layer on the GPU: the same ops on the same inputs, and the GPU steps are
+// bitwise reproducible (above), so loss and every gradient must be bitwise those of none.
+TEST_CASE("recompute layer and gelu on cuda give bitwise the gradients of none", "[model][gpu][recompute]") {
+  const GPT2Config cfg = model_preset("d2");
+  const int B = 2, T = 64;
+  const Batch b = make_batch(cfg, B, T, 11);
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    CAPTURE(precision_name(prec));
+    std::vector<std::vector<float>> grads;
+    std::vector<float> losses;
+    for (Recompute r : kRecomputes) {
+      GPT2 m(cfg, ModelOptions{prec, r, kGpu});
+      m.init_random(3);
+      FullGradSink g(m.layout().total, prec, m.backend());
+      g.zero();
+      losses.push_back(m.forward(b.x.data(), b.y.data(), B, T));
+      m.backward(g);
+      grads.emplace_back(m.layout().total);
+      g.get_f32(grads.back().data());
+    }
+    for (size_t r = 1; r < grads.size(); ++r) {
+      INFO("recompute " << recompute_name(kRecomputes[r]));
+      CHECK(std::memcmp(&losses[r], &losses[0], sizeof(float)) == 0);
+      CHECK(std::memcmp(grads[r].data(), grads[0].data(), grads[0].size() * sizeof(float)) == 0);
+    }
   }
 }
 

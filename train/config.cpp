@@ -218,9 +218,11 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
-          if (k.allowed == Allowed::recompute)
-            RZ_CHECK(std::ranges::count(recompute_names(), v) == 1, "expected %s, found '%s'",
+          if (k.allowed == Allowed::recompute) {
+            const std::vector<std::string> names = recompute_names();
+            RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
                      allowed_text(k).c_str(), v.c_str());
+          }
           if (k.allowed == Allowed::resume)
             RZ_CHECK(v == "no" || v == "yes" || v == "auto", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());
