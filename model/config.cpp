@@ -101,4 +101,12 @@ Recompute parse_recompute(const std::string& name) {
   return parse_enum(name, kRecomputes, recompute_name, "recompute");
 }
 
+const char* attention_name(Attention a) { return a == Attention::flash ? "flash" : "materialized"; }
+
+std::vector<std::string> attention_names() { return enum_names(kAttentions, attention_name); }
+
+Attention parse_attention(const std::string& name) {
+  return parse_enum(name, kAttentions, attention_name, "attention");
+}
+
 }  // namespace rz

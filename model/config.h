@@ -52,4 +52,16 @@ std::vector<std::string> recompute_names();  // of kRecomputes, in order
 // Throws "recompute: expected none, gelu or layer, found 'NAME'".
 Recompute parse_recompute(const std::string& name);
 
+// How attention keeps what its backward needs.
+//   materialized  the softmax probabilities, (B, NH, T, T) per layer (llm.c's layout).
+//   flash         each row's log-sum-exp, (B, NH, T) floats per layer; backward recomputes
+//                 the probabilities from it (kernels/backend.h attention_*_flash). The
+//                 forward's output is the same; gradients differ by rounding only.
+enum class Attention : int { materialized, flash };
+inline constexpr Attention kAttentions[] = {Attention::materialized, Attention::flash};
+const char* attention_name(Attention a);
+std::vector<std::string> attention_names();  // of kAttentions, in order
+// Throws "attention: expected materialized or flash, found 'NAME'".
+Attention parse_attention(const std::string& name);
+
 }  // namespace rz

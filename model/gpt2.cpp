@@ -9,7 +9,8 @@
 //
 // Per layer l the forward keeps what its backward needs (llm.c's names):
 //   ln1, ln1_mean, ln1_rstd   layernorm 1 of the block input
-//   qkv (N,3C), att (B,NH,T,T), atty (N,C)   attention
+//   qkv (N,3C), att (B,NH,T,T), atty (N,C)   attention (Attention::flash: att_lse
+//                                             (B,NH,T) floats instead of att)
 //   res2 = input + attproj(atty)              (attproj itself is scratch)
 //   ln2, ln2_mean, ln2_rstd, fch (N,4C), fch_gelu (N,4C; scratch with Recompute::gelu)
 //   res3 = res2 + fcproj(fch_gelu)            the block output
@@ -52,6 +53,7 @@ template <typename E>
 struct LayerActs {
   E *ln1, *qkv, *att, *atty, *res2, *ln2, *fch, *fch_gelu, *res3;
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  float* att_lse;  // (B, NH, T) with Attention::flash, in place of att
 };
 
 template <typename E>
@@ -76,7 +78,9 @@ Acts<E> carve_acts(Carver& cv, const GPT2Config& cfg, const ModelOptions& opts, 
     l.ln1_mean = cv.take<A>(N);
     l.ln1_rstd = cv.take<A>(N);
     l.qkv = cv.take<E>(N * 3 * C);
-    l.att = cv.take<E>(size_t(B) * NH * T * T);
+    const bool flash = opts.attention == Attention::flash;
+    l.att = flash ? nullptr : cv.take<E>(size_t(B) * NH * T * T);
+    l.att_lse = flash ? cv.take<A>(size_t(B) * NH * T) : nullptr;
     l.atty = cv.take<E>(N * C);
     l.res2 = cv.take<E>(N * C);
     l.ln2 = cv.take<E>(N * C);
@@ -245,7 +249,10 @@ void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output) {
                       param<E>(ParamKind::ln1b, l), int(N), C);
     op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
                    C, 3 * C);
-    op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    if (opts.attention == Attention::flash)
+      op.attention_forward_flash(la.atty, la.att_lse, la.qkv, B, T, C, NH);
+    else
+      op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
     op.matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
                    int(N), C, C);
     op.residual_forward(la.res2, res_in, a.proj, N * C);
@@ -327,7 +334,10 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
                     param<E>(ParamKind::attprojw, l), int(N), C, C);
     report_ready();  // attproj
     zero(a.dqkv, N * 3 * C);
-    op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
+    if (opts.attention == Attention::flash)
+      op.attention_backward_flash(a.dqkv, a.datty, la.qkv, la.att_lse, B, T, C, NH);
+    else
+      op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
     zero(a.dln, N * C);
     op.matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
                     la.ln1, param<E>(ParamKind::qkvw, l), int(N), C, 3 * C);

@@ -28,6 +28,7 @@ struct ModelOptions {
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
   Device device;                // where parameters and activations live (the host by default)
+  Attention attention = Attention::materialized;  // what attention saves for backward
 
   // Constructors rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
   // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise). The

@@ -450,3 +450,54 @@ TEST_CASE("activation_bytes is what the tracker sees, in every recompute mode", 
   const size_t l6 = GPT2::activation_bytes(big, ModelOptions{Precision::fp32, Recompute::layer}, 4, 32);
   CHECK(l6 - l2 == 4 * size_t(4 * 32 * cfg.channels) * sizeof(float));  // 4 more layers x (N, C)
 }
+
+// Attention::flash saves each row's log-sum-exp instead of the (T, T) probabilities. Its
+// forward runs the same products, so the losses are bitwise those of the materialised
+// path; its gradients differ by the rounding of recomputing the probabilities (fp32:
+// ~1e-6 relative per tensor; bf16: the materialised path reads them rounded to bf16).
+// With recompute layer on top, the gradients are bitwise those of flash without it.
+TEST_CASE("flash attention: same losses, gradients within rounding, fewer activation bytes", "[model][attention]") {
+  GPT2Config cfg = model_preset("tiny");
+  const int B = 2, T = 40;  // two 32-query row blocks
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(prec));
+    std::vector<std::vector<float>> grads;
+    std::vector<float> losses;
+    struct Mode {
+      Attention att;
+      Recompute rc;
+    };
+    for (Mode mode : {Mode{Attention::materialized, Recompute::none}, Mode{Attention::flash, Recompute::none},
+                      Mode{Attention::flash, Recompute::layer}}) {
+      ModelOptions mo{prec, mode.rc};
+      mo.attention = mode.att;
+      GPT2 m(cfg, mo);
+      m.init_random(9);
+      FullGradSink g(m.layout().total, prec);
+      std::vector<int> x = tokens(B * T, cfg.vocab_size, 61), y = tokens(B * T, cfg.vocab_size, 62);
+      losses.push_back(m.forward(x.data(), y.data(), B, T));
+      m.backward(g);
+      grads.push_back(grads_f32(g, prec));
+    }
+    CHECK(losses[1] == losses[0]);
+    CHECK(losses[2] == losses[0]);
+    GPT2 probe(cfg, ModelOptions{prec});
+    const double bar = prec == Precision::fp32 ? 1e-5 : 3e-2;
+    for (const ParamTensor& t : probe.layout().tensors) {
+      INFO(t.name);
+      double num = 0, den = 0;
+      for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
+        const double d = double(grads[1][i]) - grads[0][i];
+        num += d * d;
+        den += double(grads[0][i]) * grads[0][i];
+      }
+      CHECK(std::sqrt(num) <= bar * std::sqrt(den) + 1e-12);
+      REQUIRE(std::memcmp(grads[2].data() + t.offset, grads[1].data() + t.offset, t.numel * 4) == 0);
+    }
+    ModelOptions flash{prec};
+    flash.attention = Attention::flash;
+    const size_t per_layer_saved = size_t(B) * cfg.num_heads * T * (T * precision_bytes(prec) - sizeof(float));
+    CHECK(GPT2::activation_bytes(cfg, ModelOptions{prec}, B, T) - GPT2::activation_bytes(cfg, flash, B, T) >=
+          cfg.num_layers * per_layer_saved);
+  }
+}

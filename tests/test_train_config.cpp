@@ -124,6 +124,8 @@ TEST_CASE("validation is a separate step that names the key") {
   CHECK(bad([](TrainConfig& c) { c.device = "gpu"; }).find("device: expected cpu, cuda or cuda:K") == 0);
   CHECK(bad([](TrainConfig& c) { c.recompute = "block"; }) == "recompute: expected none, gelu or layer, found 'block'");
   CHECK(bad([](TrainConfig& c) { c.recompute = "layer"; }).empty());
+  CHECK(bad([](TrainConfig& c) { c.attention = "fused"; }) == "attention: expected materialized or flash, found 'fused'");
+  CHECK(bad([](TrainConfig& c) { c.attention = "flash"; }).empty());
   CHECK_NOTHROW(validate_config([] {
     TrainConfig c;
     c.data = "x.bin";

@@ -57,6 +57,7 @@ struct Case {
   const char* strategy;
   const char* precision;
   const char* recompute;
+  const char* attention = "materialized";
 };
 
 }  // namespace
@@ -66,17 +67,19 @@ TEST_CASE("the planner's peak is within 10% of the measured peak of a real step,
       {"tiny", 64, 4, 32, 2, "ddp", "fp32", "none"},   {"tiny", 64, 4, 32, 2, "zero2", "fp32", "layer"},
       {"tiny", 64, 4, 64, 2, "zero1", "bf16", "gelu"},  {"tiny", 64, 8, 32, 1, "ddp", "bf16", "layer"},
       {"d2", 64, 8, 64, 2, "zero2", "bf16", "layer"},   {"d2", 64, 8, 64, 2, "ddp", "fp32", "none"},
+      {"tiny", 64, 4, 64, 2, "zero2", "fp32", "none", "flash"}, {"d2", 64, 8, 64, 1, "ddp", "bf16", "layer", "flash"},
   };
   for (const Case& c : cases) {
-    const std::string what = strfmt("%s B=%d T=%d N=%d %s %s recompute %s", c.model, c.batch, c.seq, c.nranks,
-                                    c.strategy, c.precision, c.recompute);
+    const std::string what = strfmt("%s B=%d T=%d N=%d %s %s recompute %s attention %s", c.model, c.batch, c.seq,
+                                    c.nranks, c.strategy, c.precision, c.recompute, c.attention);
     INFO(what);
     const fs::path report = work_dir() / "report.json";
     fs::remove(report);
     auto r = run_ringzero(strfmt("train --model %s --max-seq %d --vocab 257 --batch %d --seq %d --nproc-per-node %d "
-                                 "--strategy %s --precision %s --recompute %s --threads 1 --steps 1 --bucket-mb 0.25 "
-                                 "--data %s --memory-report %s",
+                                 "--strategy %s --precision %s --recompute %s --attention %s --threads 1 --steps 1 "
+                                 "--bucket-mb 0.25 --data %s --memory-report %s",
                                  c.model, c.max_seq, c.batch, c.seq, c.nranks, c.strategy, c.precision, c.recompute,
+                                 c.attention,
                                  quote((data_dir() / "train_*.bin").string()).c_str(), quote(report.string()).c_str()));
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -90,6 +93,7 @@ TEST_CASE("the planner's peak is within 10% of the measured peak of a real step,
     finalize_config(p.cfg);
     p.precision = parse_precision(c.precision);
     p.recompute = parse_recompute(c.recompute);
+    p.attention = parse_attention(c.attention);
     p.kind = parse_strategy(c.strategy);
     p.nranks = c.nranks;
     p.batch = c.batch;

@@ -382,3 +382,23 @@ TEST_CASE("--recompute gelu and layer train to bitwise the same losses as keepin
       }
   }
 }
+
+TEST_CASE("--attention flash trains: the first loss bitwise, the rest within rounding") {
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const char* mode : {"materialized", "flash"}) {
+    const fs::path metrics = work_dir() / (std::string("attention_") + mode + ".jsonl");
+    Result r = run_ringzero(tiny_args(std::string("--steps 4 --attention ") + mode + " --metrics " + quote(metrics.string())));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    runs.push_back(read_metrics(metrics));
+  }
+  REQUIRE(runs[0].size() == 4);
+  REQUIRE(runs[1].size() == 4);
+  // The forward is the same products; the gradients (and so later steps) differ by rounding.
+  CHECK(runs[1][0]["loss"].get<double>() == runs[0][0]["loss"].get<double>());
+  for (size_t i = 1; i < 4; ++i)
+    CHECK(runs[1][i]["loss"].get<double>() == Approx(runs[0][i]["loss"].get<double>()).epsilon(1e-4));
+  Result bad = run_ringzero(tiny_args("--steps 1 --attention fused"));
+  CHECK(bad.status != 0);
+  CHECK(bad.output.find("attention: expected materialized or flash, found 'fused'") != std::string::npos);
+}

@@ -45,6 +45,7 @@ struct MemoryArgs {
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
   std::string recompute = "none";
+  std::string attention = "materialized";
   std::string budget;
   std::string device = "cpu";
   int threads = 1;
@@ -132,6 +133,9 @@ int run_memory(int argc, char** argv) {
   app.add_option("--recompute", a.recompute,
                  "activations kept: none, gelu, layer (or all: one row each); --budget tries all unless given")
       ->check(CLI::IsMember(recompute_choices));
+  app.add_option("--attention", a.attention,
+                 "what attention keeps: materialized ((T, T) per head and layer) or flash (one float per row)")
+      ->check(CLI::IsMember(attention_names()))->capture_default_str();
   app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB or 24GiB: print the largest micro-batch that fits");
   app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
@@ -191,6 +195,7 @@ int run_memory(int argc, char** argv) {
     in.cfg = cfg;
     in.precision = prec;
     in.recompute = rc;
+    in.attention = parse_attention(a.attention);
     in.kind = k;
     in.nranks = n;
     in.batch = a.batch;
@@ -270,6 +275,7 @@ int run_memory(int argc, char** argv) {
                     {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
                     {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
       j["recompute"] = recompute_name(recomputes[0]);
+      j["attention"] = a.attention;
     }
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows) {
@@ -313,9 +319,9 @@ int run_memory(int argc, char** argv) {
   }
 
   if (shape)
-    std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d; %s ranks\n",
+    std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
                 cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-                cfg.max_seq_len, P, precision_name(prec), a.batch, T, a.device.c_str());
+                cfg.max_seq_len, P, precision_name(prec), a.batch, T, a.attention.c_str(), a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", P, precision_name(prec));
   std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s\n\n",

@@ -44,7 +44,8 @@ enum class Allowed {
   transport,     // comm/'s transports between processes
   comm,          // comm/'s collective backends
   resume,        // no, yes or auto (true/false, 1/0, on/off are read as yes/no)
-  recompute,     // none, gelu or layer (model/gpt2.h's Recompute)
+  recompute,     // none, gelu or layer (model/config.h's Recompute)
+  attention,     // materialized or flash (model/config.h's Attention)
   bucket_mb,     // zero/'s check of a bucket size
 };
 
@@ -67,6 +68,7 @@ const Setting kSettings[] = {
   {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
   {"device", &TrainConfig::device, Allowed::device, "where the model runs (GPUs: one rank per job for now)"},
   {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
+  {"attention", &TrainConfig::attention, Allowed::attention, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
   {"threads", &TrainConfig::threads, Allowed::non_negative, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
   {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
   {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
@@ -181,6 +183,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::transport: return process_transport_names();
     case Allowed::resume: return "no, yes or auto (or true/false)";
     case Allowed::recompute: return or_list(recompute_names());
+    case Allowed::attention: return or_list(attention_names());
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
   }
@@ -220,6 +223,11 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
           if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
           if (k.allowed == Allowed::recompute) {
             const std::vector<std::string> names = recompute_names();
+            RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
+                     allowed_text(k).c_str(), v.c_str());
+          }
+          if (k.allowed == Allowed::attention) {
+            const std::vector<std::string> names = attention_names();
             RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
                      allowed_text(k).c_str(), v.c_str());
           }

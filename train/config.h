@@ -34,7 +34,8 @@ struct TrainConfig {
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
   Precision precision = Precision::fp32;
   std::string device = "cpu";     // cpu | cuda | cuda:K
-  std::string recompute = "none"; // none | gelu | layer (model/gpt2.h's Recompute)
+  std::string recompute = "none"; // none | gelu | layer (model/config.h's Recompute)
+  std::string attention = "materialized";  // materialized | flash (model/config.h's Attention)
   int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
 
   // --- data

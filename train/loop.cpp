@@ -177,7 +177,9 @@ void Trainer::setup() {
   copts.timeout_s = cfg_.comm_timeout;
   comm_ = connect_communicator(env_, copts);
 
-  model_ = std::make_unique<GPT2>(mcfg_, ModelOptions{precision_, parse_recompute(cfg_.recompute), device_});
+  ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};
+  mopts.attention = parse_attention(cfg_.attention);
+  model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init) model_->set_params_f32(init->params.data());
   else model_->init_random(cfg_.seed);
   sopts_.kind = cfg_.strategy;

@@ -52,8 +52,10 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
     }
     for (size_t s : slot) bytes += s * sizeof(float);
   }
-  // Attention: backward's 7 (T, hs) + 2 (T, T) fp32 per thread is the larger of the two uses.
-  bytes += size_t(std::max(1, in.threads)) * (7 * size_t(T) * hs + 2 * size_t(T) * T) * sizeof(float);
+  // Attention: backward's 7 (T, hs) + 2 (T, T) fp32 per thread is the larger of the two
+  // uses; the flash path's blocks are (32, T) instead of (T, T).
+  const size_t rows = in.attention == Attention::flash ? 32 : size_t(T);
+  bytes += size_t(std::max(1, in.threads)) * (7 * size_t(T) * hs + 2 * rows * T) * sizeof(float);
   return bytes;
 }
 
@@ -70,7 +72,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const StagingPool pool = staging_pool_for(in.kind, layout, plan, in.buckets_in_flight);
   MemoryPlan p;
   p.states = exact_state_bytes(plan, in.kind, in.precision, pool, in.grad_shard_fp32);
-  p.activations = GPT2::activation_bytes(in.cfg, ModelOptions{in.precision, in.recompute}, in.batch, T);
+  ModelOptions mo{in.precision, in.recompute};
+  mo.attention = in.attention;
+  p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
   if (sharded && in.nranks > 1) {
     // comm/ring.cpp: ReduceScatter keeps partial sums in one chunk-sized buffer, the
     // largest bucket's shard; AllReduce (ddp) and AllGather work in place.

@@ -30,6 +30,7 @@ struct MemoryPlanInput {
   GPT2Config cfg;         // finalized
   Precision precision = Precision::bf16;
   Recompute recompute = Recompute::none;
+  Attention attention = Attention::materialized;
   StrategyKind kind = StrategyKind::ddp;
   int nranks = 1;
   int batch = 1;          // B, the micro-batch per rank
