@@ -52,7 +52,8 @@ struct Row {
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
-  double total() const { return states + std::max(0.0, staging) + std::max(0.0, activations); }
+  double gathered = 0;                    // zero3: gathered parameter units in flight (shape given)
+  double total() const { return states + gathered + std::max(0.0, staging) + std::max(0.0, activations); }
 };
 
 std::string dec_bytes(double b) {
@@ -71,6 +72,7 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
     case StrategyKind::ddp: return strfmt("%s+%s+%s", pb, pb, opt);
     case StrategyKind::zero1: return strfmt("%s+%s+%s/N", pb, pb, opt);
     case StrategyKind::zero2: return strfmt("%s+%s/N+%s/N", pb, paper ? pb : "4", opt);
+    case StrategyKind::zero3: return strfmt("(%s+%s+%s)/N", pb, pb, opt);
   }
   return "?";
 }
@@ -78,12 +80,13 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
 int run_memory(int argc, char** argv) {
   MemoryArgs a;
   CLI::App app{
-      "Bytes per rank of model states (params + grads + AdamW states) for ddp, zero1 and zero2,\n"
+      "Bytes per rank of model states (params + grads + AdamW states) for ddp, zero1, zero2, zero3,\n"
       "computed from formulas without running anything. GB = 1e9 bytes.\n"
       "  bf16 mode: bf16 params and grads, fp32 master weights, m and v:\n"
-      "    ddp 2+2+12 = 16 B/param (7B -> 112 GB), zero1 2+2+12/N, zero2 2+2/N+12/N (ZeRO paper).\n"
+      "    ddp 2+2+12 = 16 B/param (7B -> 112 GB), zero1 2+2+12/N, zero2 2+2/N+12/N, zero3 16/N (ZeRO paper).\n"
       "  fp32 mode: the fp32 params ARE the master weights (no extra copy), so\n"
-      "    ddp 4+4+8 = 16 B/param, zero1 4+4+8/N, zero2 4+4/N+8/N.\n"
+      "    ddp 4+4+8 = 16 B/param, zero1 4+4+8/N, zero2 4+4/N+8/N, zero3 16/N.\n"
+      "zero3 also holds its gathered parameter units in flight (two layers + the embeddings) and zero2's staging.\n"
       "ringzero's zero2 keeps its owned gradient shard in the model's precision as the paper does\n"
       "(train --grad-shard-fp32 keeps it in fp32: 4/N) and holds staging buckets\n"
       "(--buckets-in-flight buffers sized like the largest buckets + one reserved for the bucket\n"
@@ -161,15 +164,18 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
-        BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n);
-        // The same pool rule Zero2Strategy allocates by, asked for the plan it would build.
-        const StagingPool pool =
-            k == StrategyKind::zero2 ? zero2_staging_pool(layout, plan, a.buckets_in_flight) : StagingPool{};
-        ExactStateBytes e = exact_state_bytes(plan, k, prec, pool);
+        const bool z3 = k == StrategyKind::zero3;
+        BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n, z3);
+        // The same pool rules Zero2Strategy and Zero3Strategy allocate by, asked for the plan they would build.
+        const StagingPool pool = k == StrategyKind::zero2 || z3 ? zero2_staging_pool(layout, plan, a.buckets_in_flight)
+                                                                : StagingPool{};
+        const GatherPool gathered = z3 ? zero3_gather_pool(layout, cfg.num_layers) : GatherPool{};
+        ExactStateBytes e = exact_state_bytes(plan, k, prec, pool, false, gathered);
         r.staging_buffers = pool.general;
-        r.states = static_cast<double>(e.total() - e.staging);
-        const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true);
-        r.states_fp32_shard = static_cast<double>(f.total() - f.staging);
+        r.states = static_cast<double>(e.total() - e.staging - e.gathered);
+        r.gathered = static_cast<double>(e.gathered);
+        const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true, gathered);
+        r.states_fp32_shard = static_cast<double>(f.total() - f.staging - f.gathered);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);
         r.activations = act;
@@ -243,10 +249,12 @@ int run_memory(int argc, char** argv) {
       line("", "--grad-shard-fp32 " + formula_text(k, prec, false), k,
            [](const Row& r) { return r.states_fp32_shard; });
     if (shape) {
-      if (k == StrategyKind::zero2) {
-        const auto z = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == StrategyKind::zero2; });
+      if (k == StrategyKind::zero2 || k == StrategyKind::zero3) {
+        const auto z = std::find_if(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k; });
         line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
       }
+      if (k == StrategyKind::zero3)
+        line("", strfmt("+ gathered (%d layers + emb)", kUnitsInFlight), k, [](const Row& r) { return r.gathered; });
       line("", "+ activations", k, [](const Row& r) { return r.activations; });
       line("", "= total", k, [](const Row& r) { return r.total(); });
     }
@@ -255,7 +263,7 @@ int run_memory(int argc, char** argv) {
 }
 
 const RegisterCommand kRegister{Command{
-    "memory", "bytes per rank for ddp / zero1 / zero2 from formulas (7B bf16 DDP = 112 GB)", run_memory, 40}};
+    "memory", "bytes per rank for ddp / zero1 / zero2 / zero3 from formulas (7B bf16 DDP = 112 GB)", run_memory, 40}};
 
 }  // namespace
 }  // namespace rz
