@@ -329,7 +329,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     Result r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
+    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1, zero2 or zero3, found 'zero9'\n");
     std::ofstream(cfg) << "steps = 10\nbatch = -3.5\n";
     r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     CHECK(r.status == 1);
