@@ -263,6 +263,12 @@ TEST_CASE("zero3's measured parameter, gradient and optimizer bytes equal its fo
         const double states = double(e.total() - e.staging - e.gathered);
         CHECK(states >= per_param * double(P));
         CHECK(states <= per_param * double(P) * 1.001);
+        // `ringzero memory` and the planner predict it without building it.
+        const ExactStateBytes pred = predicted_state_bytes(model.layout(), model.config().num_layers, StrategyKind::zero3,
+                                                           prec, n, mb, so.buckets_in_flight);
+        CHECK(pred.total() == e.total());
+        CHECK(pred.staging == e.staging);
+        CHECK(pred.gathered == e.gathered);
         const GatherPool g = zero3_gather_pool(model.layout(), model.config().num_layers);
         CHECK(e.gathered == g.total_elems() * pb);
         CHECK(g.embedding_elems == model.layout().find(ParamKind::wte).numel + model.layout().find(ParamKind::wpe).numel);

@@ -164,17 +164,15 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
-        const bool z3 = k == StrategyKind::zero3;
-        BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n, z3);
-        // The same pool rules Zero2Strategy and Zero3Strategy allocate by, asked for the plan they would build.
-        const StagingPool pool = k == StrategyKind::zero2 || z3 ? zero2_staging_pool(layout, plan, a.buckets_in_flight)
-                                                                : StagingPool{};
-        const GatherPool gathered = z3 ? zero3_gather_pool(layout, cfg.num_layers) : GatherPool{};
-        ExactStateBytes e = exact_state_bytes(plan, k, prec, pool, false, gathered);
+        // The plan and pools the strategy would build (zero/memory_formula.h).
+        StagingPool pool;
+        const ExactStateBytes e =
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool);
         r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging - e.gathered);
         r.gathered = static_cast<double>(e.gathered);
-        const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true, gathered);
+        const ExactStateBytes f =
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, true);
         r.states_fp32_shard = static_cast<double>(f.total() - f.staging - f.gathered);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);

@@ -65,4 +65,17 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
   return e;
 }
 
+ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
+                                      Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
+                                      bool grad_shard_fp32, StagingPool* pool_out) {
+  const bool z3 = kind == StrategyKind::zero3;
+  const BucketPlan plan = build_bucket_plan(layout, bucket_mb, precision_bytes(precision), nranks, z3);
+  // The same pool rules Zero2Strategy and Zero3Strategy allocate by, for the plan they would build.
+  const StagingPool pool = kind == StrategyKind::zero2 || z3 ? zero2_staging_pool(layout, plan, buckets_in_flight)
+                                                             : StagingPool{};
+  const GatherPool gathered = z3 ? zero3_gather_pool(layout, num_layers) : GatherPool{};
+  if (pool_out) *pool_out = pool;
+  return exact_state_bytes(plan, kind, precision, pool, grad_shard_fp32, gathered);
+}
+
 }  // namespace rz

@@ -68,4 +68,11 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
                                   const StagingPool& staging, bool grad_shard_fp32 = false,
                                   const GatherPool& gathered = {});
 
+// What a strategy would allocate on one rank for a model shape, without building it: the
+// plan it builds (zero3's cut at units), zero2's / zero3's staging pool, zero3's gathered
+// units. For estimators that loop over kStrategyKinds (`ringzero memory`, the planner).
+ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
+                                      Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
+                                      bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr);
+
 }  // namespace rz

@@ -34,7 +34,6 @@ struct StrategyOptions {
                                  // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
   bool buckets_per_unit = false;  // cut buckets at ZeRO-3's unit boundaries too (zero3 always
                                   // does; the others on request, to compare on zero3's buckets)
-  int units_in_flight = 2;     // zero3: layer units gathered at once (the one in use + prefetch)
   AdamWConfig adamw;
   float grad_clip = 1.0f;      // clip the global norm to this; <= 0 disables clipping
 };
