@@ -198,7 +198,8 @@ int run_memory(int argc, char** argv) {
                        {"bytes_per_param_paper", r.paper.total()},
                        {"bytes_per_param", r.ringzero.total()},
                        {"model_states_paper_bytes", r.states_paper},
-                       {"model_states_bytes", r.states},
+                       {"model_states_bytes", r.states + r.gathered},  // zero3: its params tag holds the gathered units
+                       {"gathered_bytes", r.gathered},
                        {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
       // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
       auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
