@@ -164,9 +164,29 @@ struct GPT2::Impl {
   int B = 0, T = 0;              // shape of the last forward
   bool have_targets = false, logits_valid = false;
 
+  // ZeRO-3 (set_param_gate): per unit, the gate's pointer while acquired, else null.
+  ParamGate* gate = nullptr;
+  std::vector<std::pair<size_t, size_t>> units;  // param_unit_ranges(layout)
+  std::vector<const unsigned char*> unit_data;
+
   template <typename E>
   E* param(ParamKind k, int layer = -1) {
+    if (gate) return gated_param<E>(layout.find(k, layer));
     return reinterpret_cast<E*>(params.data()) + layout.find(k, layer).offset;
+  }
+  template <typename E>
+  E* gated_param(const ParamTensor& t) {
+    const int u = param_unit_of(t, cfg.num_layers);
+    RZ_CHECK(unit_data[u] != nullptr, "parameter %s read while its unit %d is not acquired", t.name.c_str(), u);
+    return const_cast<E*>(reinterpret_cast<const E*>(unit_data[u])) + (t.offset - units[u].first);
+  }
+  void acquire(int unit, int next) {
+    if (gate) unit_data[unit] = static_cast<const unsigned char*>(gate->acquire(unit, next));
+  }
+  void release(int unit) {
+    if (!gate) return;
+    gate->release(unit);
+    unit_data[unit] = nullptr;
   }
   template <typename E>
   Acts<E> views() {
@@ -207,6 +227,7 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
     capT = std::max(capT, T_);
     acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT), opts.device);
   }
+  RZ_CHECK(gate || !params.empty(), "forward: the model has no parameters (its ZeRO-3 gate was detached)");
   B = B_;
   T = T_;
   have_targets = tg != nullptr;
@@ -216,15 +237,23 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   be.copy_from_host(a.inputs, in, N * sizeof(int));
   if (tg) be.copy_from_host(a.targets, tg, N * sizeof(int));
 
+  // ZeRO-3 units (no-ops without a gate): the embeddings stay acquired from the encoder to
+  // the tied classifier; each layer, then lnf, is acquired around its own use.
+  acquire(L + 1, L > 0 ? 0 : L);
   op.encoder_forward(a.encoded, a.inputs, param<E>(ParamKind::wte), param<E>(ParamKind::wpe), B, T, C);
   for (int l = 0; l < L; ++l) {
     RZ_TRACE_SCOPE("forward layer", l);
+    acquire(l, l + 1 < L ? l + 1 : L);
     block_forward(a, l, true);
+    release(l);
   }
+  acquire(L, -1);
   op.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].res3, param<E>(ParamKind::lnfw),
                     param<E>(ParamKind::lnfb), int(N), C);
   op.matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), int(N), C,
                  Vp);
+  release(L);
+  release(L + 1);
   logits_valid = true;
   if (!tg) return 0.0f;
   op.crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
@@ -294,15 +323,20 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
   op.crossentropy_softmax_backward(a.logits, a.lse, a.targets, loss_scale / float(N), int(N), V, Vp);
   logits_valid = false;
   zero(a.dln, N * C);
+  acquire(L + 1, L);  // ZeRO-3: only the classifier reads wte in backward
   op.matmul_backward(a.dln, dwte, static_cast<E*>(nullptr), a.logits, a.lnf, param<E>(ParamKind::wte),
                   int(N), C, Vp);
+  release(L + 1);
   zero(a.dres, N * C);
+  acquire(L, L - 1);
   op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::lnfw), grad<E>(sink, ParamKind::lnfb), a.dln,
                      a.layers[L - 1].res3, param<E>(ParamKind::lnfw), a.lnf_mean, a.lnf_rstd, int(N), C);
+  release(L);
   report_ready();  // lnf
 
   for (int l = L - 1; l >= 0; --l) {
     RZ_TRACE_SCOPE("backward layer", l);
+    acquire(l, l - 1);
     if (opts.recompute == Recompute::layer) {
       RZ_TRACE_SCOPE("recompute layer", l);
       block_forward(a, l, false);
@@ -344,6 +378,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     report_ready();  // qkv
     op.layernorm_backward(a.dres, grad<E>(sink, ParamKind::ln1w, l), grad<E>(sink, ParamKind::ln1b, l),
                        a.dln, res_in, param<E>(ParamKind::ln1w, l), la.ln1_mean, la.ln1_rstd, int(N), C);
+    release(l);
     report_ready();  // ln1
   }
 
@@ -391,11 +426,26 @@ static void stored_to_host_f32(Backend& be, Precision p, float* out, const void*
   }
 }
 
+void GPT2::set_param_gate(ParamGate* gate) {
+  Impl& m = *impl_;
+  m.gate = gate;
+  if (gate == nullptr) return;
+  m.units = param_unit_ranges(m.layout, m.cfg.num_layers);
+  m.unit_data.assign(m.units.size(), nullptr);
+  m.params.release();
+}
+
+static void check_resident(const ParamGate* gate, const char* what) {
+  RZ_CHECK(gate == nullptr, "%s: the parameters are sharded (ZeRO-3); the strategy holds them", what);
+}
+
 void GPT2::get_params_f32(float* out) const {
+  check_resident(impl_->gate, "get_params_f32");
   stored_to_host_f32(*impl_->backend, precision(), out, impl_->params.data(), impl_->layout.total);
 }
 
 void GPT2::set_params_f32(const float* in) {
+  check_resident(impl_->gate, "set_params_f32");
   Backend& be = *impl_->backend;
   const size_t n = impl_->layout.total;
   void* dst = impl_->params.data();
@@ -411,6 +461,7 @@ void GPT2::set_params_f32(const float* in) {
 }
 
 void GPT2::init_random(uint64_t seed) {
+  check_resident(impl_->gate, "init_random");
   const GPT2Config& cfg = impl_->cfg;
   std::vector<float> w(impl_->layout.total, 0.0f);
   NormalRng rng(seed);

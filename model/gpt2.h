@@ -38,6 +38,19 @@ struct ModelOptions {
   ModelOptions(Precision p, Recompute r, Device dev = {}) : precision(p), recompute(r), device(dev) {}
 };
 
+// Where the parameters come from when the model does not hold them all (ZeRO-3,
+// zero/zero3.h). The model acquires a unit (param_unit_ranges in model/layout.h) right
+// before it reads the unit's parameters and releases it right after; `next` is the unit it
+// will acquire next (-1: none), which the gate may start fetching now. acquire returns the
+// unit's first element (its tensors then lie at their layout offsets minus the unit's
+// start), valid until release.
+class ParamGate {
+ public:
+  virtual ~ParamGate() = default;
+  virtual const void* acquire(int unit, int next) = 0;
+  virtual void release(int unit) = 0;
+};
+
 class GPT2 {
  public:
   GPT2(const GPT2Config& cfg, const ModelOptions& opts);
@@ -57,6 +70,12 @@ class GPT2 {
   // Copies to / from an fp32 array in the internal layout (rounds to bf16 in bf16 mode).
   void get_params_f32(float* out) const;
   void set_params_f32(const float* in);
+
+  // Reads every parameter through `gate` from now on and releases the model's own
+  // parameter buffer (params() is then null, and the *_f32 accessors and init_random
+  // refuse: the gate's owner holds the parameters). nullptr detaches: the model is then
+  // without parameters and forward refuses to run.
+  void set_param_gate(ParamGate* gate);
 
   // GPT-2 initialisation as llm.c does it (normal(0, 0.02), residual projections scaled
   // by 1/sqrt(2L), biases zero, layernorm weights one), deterministic in the seed.

@@ -1,6 +1,8 @@
 // model/layout.cpp: the flat parameter buffer in gradient-ready order (see layout.h).
 #include "model/layout.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace rz {
@@ -61,6 +63,25 @@ std::vector<std::pair<size_t, size_t>> grad_ready_ranges(const ParamLayout& layo
   RZ_CHECK(t.size() % 2 == 0, "parameter layout: %zu tensors do not pair up", t.size());
   std::vector<std::pair<size_t, size_t>> out;
   for (size_t i = 0; i < t.size(); i += 2) out.emplace_back(t[i].offset, t[i + 1].offset + t[i + 1].numel);
+  return out;
+}
+
+int param_unit_of(const ParamTensor& t, int num_layers) {
+  if (t.layer >= 0) return t.layer;
+  return t.kind == ParamKind::lnfw || t.kind == ParamKind::lnfb ? num_layers : num_layers + 1;
+}
+
+std::vector<std::pair<size_t, size_t>> param_unit_ranges(const ParamLayout& layout, int num_layers) {
+  std::vector<std::pair<size_t, size_t>> out(static_cast<size_t>(num_layers) + 2, {layout.total, 0});
+  for (const ParamTensor& t : layout.tensors) {
+    auto& u = out[static_cast<size_t>(param_unit_of(t, num_layers))];
+    u.first = std::min(u.first, t.offset);
+    u.second = std::max(u.second, t.offset + t.numel);
+  }
+  // Contiguity is what lets a unit be gathered as one range: the layout guarantees it.
+  size_t covered = 0;
+  for (auto [b, e] : out) covered += e - b;
+  RZ_CHECK(covered == layout.total, "parameter layout: units cover %zu of %zu elements", covered, layout.total);
   return out;
 }
 

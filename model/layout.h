@@ -54,6 +54,12 @@ ParamLayout build_param_layout(const GPT2Config& cfg);
 // pools from these units (zero/buckets.h min_buckets_in_flight).
 std::vector<std::pair<size_t, size_t>> grad_ready_ranges(const ParamLayout& layout);
 
+// The units in which ZeRO-3 gathers parameters (model/gpt2.h ParamGate), each one
+// contiguous layout range [first, second): unit l < L is layer l's 12 tensors, unit L is
+// lnf (lnfw, lnfb), unit L+1 the embeddings (wpe, wte). param_unit_of(t, L) is t's unit.
+std::vector<std::pair<size_t, size_t>> param_unit_ranges(const ParamLayout& layout, int num_layers);
+int param_unit_of(const ParamTensor& t, int num_layers);
+
 // Number of parameters as GPT-2 counts them (with Vp rows of wte): layout.total.
 size_t num_parameters(const GPT2Config& cfg);
 

@@ -116,7 +116,7 @@ TEST_CASE("validation is a separate step that names the key") {
     mutate(c);
     return error_of([&] { validate_config(c); });
   };
-  CHECK(error_of([&] { set_config_value(cfg, "strategy", "zero3"); }) == "strategy: expected ddp, zero1 or zero2, found 'zero3'");
+  CHECK(error_of([&] { set_config_value(cfg, "strategy", "zero4"); }) == "strategy: expected ddp, zero1, zero2 or zero3, found 'zero4'");
   CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
   CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
   CHECK(bad([](TrainConfig& c) { c.device = "cuda:x"; }) ==

@@ -68,6 +68,7 @@ TEST_CASE("the planner's peak is within 10% of the measured peak of a real step,
       {"tiny", 64, 4, 64, 2, "zero1", "bf16", "gelu"},  {"tiny", 64, 8, 32, 1, "ddp", "bf16", "layer"},
       {"d2", 64, 8, 64, 2, "zero2", "bf16", "layer"},   {"d2", 64, 8, 64, 2, "ddp", "fp32", "none"},
       {"tiny", 64, 4, 64, 2, "zero2", "fp32", "none", "flash"}, {"d2", 64, 8, 64, 1, "ddp", "bf16", "layer", "flash"},
+      {"tiny", 64, 4, 32, 2, "zero3", "bf16", "none"},  {"d2", 64, 8, 64, 2, "zero3", "fp32", "layer", "flash"},
   };
   for (const Case& c : cases) {
     const std::string what = strfmt("%s B=%d T=%d N=%d %s %s recompute %s attention %s", c.model, c.batch, c.seq,

@@ -113,7 +113,7 @@ const fs::path& reference_run() {
 }  // namespace
 
 TEST_CASE("a 20-step run on 2 processes learns, for every strategy") {
-  for (const char* strategy : {"ddp", "zero1", "zero2"}) {
+  for (const char* strategy : {"ddp", "zero1", "zero2", "zero3"}) {
     const fs::path metrics = work_dir() / (std::string("learn_") + strategy + ".jsonl");
     Result r = run_ringzero(tiny_args(std::string("--strategy ") + strategy + " --nproc-per-node 2 --steps 20 --eval-every 10 "
                              "--metrics " + quote(metrics.string())));
@@ -175,6 +175,45 @@ TEST_CASE("a 2-rank zero2 checkpoint resumes on 1 and on 3 ranks") {
     CHECK(std::abs(b[0]["loss"].get<double>() - a[10]["loss"].get<double>()) < 0.15 * a[10]["loss"].get<double>());
     CHECK(b[0]["loss"].get<double>() < 0.9 * a[0]["loss"].get<double>());
     CHECK(fs::exists(d / "ck" / "step_00000020" / "COMPLETE"));
+  }
+}
+
+TEST_CASE("zero3 checkpoints resume bitwise on 2 ranks, re-shard to 3, and cross to and from zero2") {
+  const fs::path d = work_dir() / "zero3";
+  Result ref = run_ringzero(tiny_args("--strategy zero3 --nproc-per-node 2 --steps 20 --save-dir " + quote((d / "ck").string()) +
+                             " --save-every 10 --metrics " + quote((d / "m.jsonl").string())));
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  const auto a = read_metrics(d / "m.jsonl");
+  REQUIRE(a.size() == 20);
+  struct Resume {
+    const char* strategy;
+    int n;
+    fs::path from;  // a checkpoint directory holding step_00000010
+    bool bitwise;
+  };
+  const std::vector<Resume> cases = {Resume{"zero3", 2, d / "ck", true}, Resume{"zero3", 3, d / "ck", false},
+                                     Resume{"zero2", 2, d / "ck", false}, Resume{"zero3", 3, reference_run() / "ck", false}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Resume& c = cases[i];
+    const fs::path e = work_dir() / ("zero3_resume_" + std::to_string(i));
+    fs::create_directories(e / "ck");
+    fs::copy(c.from / "step_00000010", e / "ck" / "step_00000010", fs::copy_options::recursive);
+    Result r = run_ringzero(tiny_args(std::string("--strategy ") + c.strategy + " --nproc-per-node " + std::to_string(c.n) +
+                             " --steps 20 --resume --save-dir " + quote((e / "ck").string()) + " --metrics " +
+                             quote((e / "m.jsonl").string())));
+    INFO(c.strategy << " on " << c.n << " ranks from " << c.from << "\n" << r.output);
+    REQUIRE(r.status == 0);
+    const auto b = read_metrics(e / "m.jsonl");
+    REQUIRE(b.size() == 10);
+    const auto& base = c.from == d / "ck" ? a : read_metrics(reference_run() / "m.jsonl");
+    if (c.bitwise) {
+      for (int k = 0; k < 10; ++k) CHECK(b[k]["loss"].dump() == base[10 + k]["loss"].dump());
+    } else {
+      CHECK(std::abs(b[0]["loss"].get<double>() - base[10]["loss"].get<double>()) < 0.15 * base[10]["loss"].get<double>());
+      CHECK(b[0]["loss"].get<double>() < 0.9 * base[0]["loss"].get<double>());
+    }
+    CHECK(fs::exists(e / "ck" / "step_00000020" / "COMPLETE"));
   }
 }
 
@@ -290,7 +329,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
     Result r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1 or zero2, found 'zero9'\n");
+    CHECK(r.output == "ringzero train: error: " + cfg.string() + ":2: strategy: expected ddp, zero1, zero2 or zero3, found 'zero9'\n");
     std::ofstream(cfg) << "steps = 10\nbatch = -3.5\n";
     r = run_ringzero("train " + quote(cfg.string()) + " --data x.bin");
     CHECK(r.status == 1);

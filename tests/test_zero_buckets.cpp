@@ -109,7 +109,29 @@ TEST_CASE("bad bucket sizes are one-line errors") {
   REQUIRE_THROWS_WITH(build_bucket_plan(lay, -1.0, 4, 2), Catch::Contains("expected a bucket size in MiB > 0"));
   REQUIRE_THROWS_WITH(build_bucket_plan(lay, NAN, 4, 2), Catch::Contains("expected a bucket size in MiB > 0"));
   REQUIRE_THROWS_AS(build_bucket_plan(lay, 1.0, 4, 0), Error);
-  REQUIRE_THROWS_WITH(parse_strategy("zero3"), Catch::Contains("zero3"));
+  REQUIRE_THROWS_WITH(parse_strategy("zero4"), Catch::Contains("zero4"));
+  REQUIRE(parse_strategy("zero3") == StrategyKind::zero3);
+}
+
+TEST_CASE("cut at units, every unit (layer, lnf, embeddings) is a run of whole buckets") {
+  const GPT2Config cfg = model_preset("tiny");
+  const ParamLayout lay = build_param_layout(cfg);
+  const auto units = param_unit_ranges(lay, cfg.num_layers);
+  REQUIRE(units.size() == size_t(cfg.num_layers) + 2);
+  for (double mb : {1e-6, 0.05, 1e3}) {
+    INFO("bucket_mb = " << mb);
+    const BucketPlan cut = build_bucket_plan(lay, mb, 4, 3, true);
+    for (auto [b, e] : units) {
+      REQUIRE(cut.buckets[cut.bucket_of(b)].begin == b);
+      REQUIRE(cut.buckets[cut.bucket_of(e - 1)].end == e);
+    }
+    // The cap still holds inside a unit; one huge bucket becomes one bucket per unit.
+    if (mb == 1e3) REQUIRE(cut.buckets.size() == units.size());
+    if (mb == 1e-6) REQUIRE(cut.buckets.size() == lay.tensors.size());
+  }
+  // zero3 keeps 16/N bytes per parameter of model states, as the ZeRO paper counts it.
+  REQUIRE(paper_formula(StrategyKind::zero3, Precision::bf16, 8).total() == 2.0);
+  REQUIRE(paper_formula(StrategyKind::zero3, Precision::fp32, 4).total() == 4.0);
 }
 
 TEST_CASE("model-state formulas match the seed article and the ZeRO paper") {

@@ -13,6 +13,7 @@
 
 #include "base/check.h"
 #include "zero/memory_report.h"
+#include "zero/zero3.h"
 #include "run_ringzero.h"
 #include "zero_harness.h"
 
@@ -126,14 +127,14 @@ TEST_CASE("the memory report gathers every rank's counters next to the formula")
 }
 
 // Real processes over the shm transport (the launcher and `bench-strategies`): fp32
-// without accumulation, the three strategies end with bitwise-equal params (same hash),
-// on 2 and 3 ranks.
-TEST_CASE("ddp, zero1 and zero2 are bitwise equal across processes (shm)") {
+// without accumulation, the four strategies end with bitwise-equal params (same hash),
+// on 2 and 3 ranks, on zero3's buckets (--buckets-per-unit).
+TEST_CASE("ddp, zero1, zero2 and zero3 are bitwise equal across processes (shm)") {
   for (int n : {2, 3}) {
     int rc = 0;
     std::string out = run_binary(
         "bench-strategies --model tiny --nproc " + std::to_string(n) +
-            " --transport shm --steps 10 --warmup 0 --batch 2 --seq 16 --bucket-mb 0.02",
+            " --transport shm --steps 10 --warmup 0 --batch 2 --seq 16 --bucket-mb 0.02 --buckets-per-unit",
         rc);
     INFO(out);
     REQUIRE(rc == 0);
@@ -143,9 +144,10 @@ TEST_CASE("ddp, zero1 and zero2 are bitwise equal across processes (shm)") {
       hashes.push_back(out.substr(pos + 5, 16));
       pos += 5;
     }
-    REQUIRE(hashes.size() == 3);
+    REQUIRE(hashes.size() == 4);
     CHECK(hashes[0] == hashes[1]);
     CHECK(hashes[0] == hashes[2]);
+    CHECK(hashes[0] == hashes[3]);
   }
 }
 
@@ -179,6 +181,8 @@ class ConstructOnlyComm final : public Communicator {
 
 // Bytes of gradients, optimizer state and staging one rank's strategy holds (measured by
 // the tracker, not computed from the formula).
+// zero3 takes the model's parameters over (and leaves it without them when it goes), so it
+// is measured on a model of its own.
 size_t measured_state_bytes(GPT2& model, StrategyKind kind, int nranks, double bucket_mb) {
   const MemoryTracker& mt = MemoryTracker::global();
   auto held = [&] {
@@ -198,26 +202,111 @@ size_t measured_state_bytes(GPT2& model, StrategyKind kind, int nranks, double b
 
 }  // namespace
 
-TEST_CASE("measured per-rank gradient + optimizer + staging bytes: zero2 <= zero1 <= ddp") {
+TEST_CASE("measured per-rank gradient + optimizer + staging bytes: zero3 <= zero2 <= zero1 <= ddp") {
   struct Case {
     const char* preset;
     std::vector<int> nranks;
+    std::vector<double> bucket_mb;
   };
-  // d12 (124M parameters) only at N = 2: it allocates ~1.5 GB per strategy.
-  for (const Case& c : {Case{"tiny", {2, 3, 4}}, Case{"d4", {2, 3, 4}}, Case{"d12", {2}}}) {
+  // d12 (124M parameters) only at N = 2 and at the ends of the bucket range: each strategy
+  // allocates (and the kernel zeroes) ~1.5 GB there, which is most of this test's time.
+  for (const Case& c : {Case{"tiny", {2, 3, 4}, {0.25, 1.0, 25.0}}, Case{"d4", {2, 3, 4}, {0.25, 1.0, 25.0}},
+                        Case{"d12", {2}, {0.25, 25.0}}}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
       GPT2 model(model_preset(c.preset), ModelOptions{prec});
       for (int n : c.nranks) {
-        for (double mb : {0.25, 1.0, 25.0}) {
+        for (double mb : c.bucket_mb) {
           INFO(c.preset << " " << precision_name(prec) << " N=" << n << " bucket_mb=" << mb);
           const size_t ddp = measured_state_bytes(model, StrategyKind::ddp, n, mb);
           const size_t z1 = measured_state_bytes(model, StrategyKind::zero1, n, mb);
           const size_t z2 = measured_state_bytes(model, StrategyKind::zero2, n, mb);
-          UNSCOPED_INFO("ddp " << ddp << " zero1 " << z1 << " zero2 " << z2);
+          GPT2 own(model_preset(c.preset), ModelOptions{prec});
+          const size_t z3 = measured_state_bytes(own, StrategyKind::zero3, n, mb);
+          UNSCOPED_INFO("ddp " << ddp << " zero1 " << z1 << " zero2 " << z2 << " zero3 " << z3);
+          CHECK(z3 <= z2);
           CHECK(z2 <= z1);
           CHECK(z1 <= ddp);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("zero3's measured parameter, gradient and optimizer bytes equal its formula") {
+  const MemoryTracker& mt = MemoryTracker::global();
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    for (int n : {2, 3, 4}) {
+      for (double mb : {0.02, 25.0}) {
+        INFO(precision_name(prec) << " N=" << n << " bucket_mb=" << mb);
+        GPT2 model(model_preset("d4"), ModelOptions{prec});
+        std::array<size_t, kNumMemTags> before{};
+        for (int t = 0; t < kNumMemTags; ++t) before[t] = mt.current(static_cast<MemTag>(t));
+        ConstructOnlyComm comm(n);
+        StrategyOptions so;
+        so.kind = StrategyKind::zero3;
+        so.bucket_mb = mb;
+        auto st = make_strategy(model, comm, so);
+        auto held = [&](MemTag t) { return mt.current(t) - before[static_cast<int>(t)]; };
+        const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), StrategyKind::zero3, prec, st->staging_pool(),
+                                                    false, st->gather_pool());
+        const size_t P = model.layout().total, pb = precision_bytes(prec);
+        // The model's full parameter buffer is gone; the owned shard and the gathered units remain.
+        CHECK(mt.current(MemTag::params) + P * pb - before[static_cast<int>(MemTag::params)] == e.params);
+        CHECK(held(MemTag::grads) == e.grads);
+        CHECK(held(MemTag::master) == e.master);
+        CHECK(held(MemTag::adam_m) == e.adam_m);
+        CHECK(held(MemTag::adam_v) == e.adam_v);
+        CHECK(held(MemTag::comm) == e.staging);
+        // 16/N bytes per parameter (padding aside) plus the working set: the embeddings and two layers.
+        const double per_param = ringzero_formula(StrategyKind::zero3, prec, n).total();
+        CHECK(per_param == Approx(16.0 / n));
+        const double states = double(e.total() - e.staging - e.gathered);
+        CHECK(states >= per_param * double(P));
+        CHECK(states <= per_param * double(P) * 1.001);
+        // `ringzero memory` and the planner predict it without building it.
+        const ExactStateBytes pred = predicted_state_bytes(model.layout(), model.config().num_layers, StrategyKind::zero3,
+                                                           prec, n, mb, so.buckets_in_flight);
+        CHECK(pred.total() == e.total());
+        CHECK(pred.staging == e.staging);
+        CHECK(pred.gathered == e.gathered);
+        const GatherPool g = zero3_gather_pool(model.layout(), model.config().num_layers);
+        CHECK(e.gathered == g.total_elems() * pb);
+        CHECK(g.embedding_elems == model.layout().find(ParamKind::wte).numel + model.layout().find(ParamKind::wpe).numel);
+      }
+    }
+  }
+}
+
+// Start-up and the optimizer-state getter go bucket by bucket: the tracker's peak over a
+// strategy's construction is what the strategy keeps (no full-size fp32 temporary), and
+// reading its state back for a checkpoint allocates nothing tracked.
+TEST_CASE("no full-size temporaries at start-up or when reading the optimizer state") {
+  MemoryTracker& mt = MemoryTracker::global();
+  for (StrategyKind k : {StrategyKind::zero1, StrategyKind::zero2, StrategyKind::zero3}) {
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      INFO(strategy_name(k) << " " << precision_name(prec));
+      GPT2 model(model_preset("d4"), ModelOptions{prec});
+      model.init_random(1);
+      const size_t before = mt.current_total();
+      mt.reset_peaks();
+      ConstructOnlyComm comm(2);
+      StrategyOptions so;
+      so.kind = k;
+      so.bucket_mb = 0.25;
+      auto st = make_strategy(model, comm, so);
+      const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), k, prec, st->staging_pool(), false, st->gather_pool());
+      const size_t kept = e.total() - (k == StrategyKind::zero3 ? 0 : e.params);  // the model's params were there before
+      CHECK(mt.peak_total() - before <= kept);
+      CHECK(mt.peak(MemTag::workspace) == mt.current(MemTag::workspace));
+      const size_t after_init = mt.current_total();
+      mt.reset_peaks();
+      std::vector<float> master, m, v;
+      st->get_optimizer_state(master, m, v);
+      CHECK(mt.peak_total() == after_init);
+      size_t owned = 0;
+      for (auto [b, e2] : st->owned_ranges()) owned += e2 - b;
+      CHECK(master.size() == owned);
+      CHECK(m.size() == owned);
     }
   }
 }

@@ -28,6 +28,7 @@ struct RunSpec {
   double bucket_mb = 0.02;
   int buckets_in_flight = 2;
   float grad_clip = 1.0f;
+  bool buckets_per_unit = false;  // cut buckets at zero3's units (to compare others with zero3)
 };
 
 struct RunResult {
@@ -68,6 +69,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   sopts.bucket_mb = spec.bucket_mb;
   sopts.buckets_in_flight = spec.buckets_in_flight;
   sopts.grad_clip = spec.grad_clip;
+  sopts.buckets_per_unit = spec.buckets_per_unit;
   for (int r = 0; r < N; ++r) {
     models.push_back(std::make_unique<GPT2>(cfg, mopts));
     models.back()->init_random(1234);
@@ -107,7 +109,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
           if (step == 0) hook(r, st, s, *comms[r], model);
         }
         res.params[r].resize(model.layout().total);
-        model.get_params_f32(res.params[r].data());
+        st.params_f32(res.params[r].data());  // collective (zero3 gathers)
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -1,6 +1,6 @@
 // train/cmd_bench_strategies.cpp: `ringzero bench-strategies` -- step time of ddp vs
-// zero1 vs zero2 on --nproc processes, with the share of gradient communication hidden
-// behind backward.
+// zero1 vs zero2 vs zero3 on --nproc processes, with the share of gradient communication
+// hidden behind backward (and, for zero3, of the parameter all-gathers).
 //
 // Each strategy gets its own launch of --nproc ranks (ringzero re-executes itself; shm
 // between processes on one host). Every rank trains the same model from the same seed on
@@ -12,6 +12,9 @@
 //   comm_MB     bytes this rank sent per step, all collectives
 //   grad_comm   the fraction of gradient-collective time overlapped with backward
 //   hash        FNV-1a of the final fp32 params: equal hashes = bitwise-equal models
+//               (zero3 cuts its buckets at layer boundaries: pass --buckets-per-unit so
+//               that every strategy uses those buckets and the hashes can be compared)
+//   gather_hidden  zero3 only: the fraction of parameter AllGather time hidden behind compute
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,6 +51,7 @@ struct BenchArgs {
   int accum = 1;
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
+  bool buckets_per_unit = false;
   std::string trace;               // --trace FILE: one timeline per strategy, FILE with .STRATEGY before its extension
   std::string trace_steps;         // A:B; default: the first three timed steps
 };
@@ -92,6 +96,7 @@ int bench_rank(const BenchArgs& a) {
   so.kind = parse_strategy(a.strategy);
   so.bucket_mb = a.bucket_mb;
   so.buckets_in_flight = a.buckets_in_flight;
+  so.buckets_per_unit = a.buckets_per_unit;
   auto st = make_strategy(model, *comm, so);
 
   TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
@@ -100,7 +105,7 @@ int bench_rank(const BenchArgs& a) {
                        a.strategy + " " + a.precision);
   const int B = a.batch, T = a.seq, V = cfg.vocab_size;
   std::vector<int> in(B * T), tg(B * T);
-  std::vector<double> step_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms;
+  std::vector<double> step_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -139,17 +144,21 @@ int bench_rank(const BenchArgs& a) {
       overlap.push_back(s.comm_overlapped);
       mb_sent.push_back(s.comm_bytes_sent / 1e6);
       comm_ms.push_back(s.comm_seconds * 1e3);
+      gather_hidden.push_back(s.gather_hidden);
     }
   }
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
-  model.get_params_f32(params.data());
+  st->params_f32(params.data());  // collective: zero3 gathers them
   if (env.rank == 0) {
     std::printf("%-6s %-5s N=%d  step_ms %8.1f  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
-                "  grad_comm_overlapped %5.1f%%  hash %016llx\n",
+                "  grad_comm_overlapped %5.1f%%  hash %016llx%s\n",
                 a.strategy.c_str(), a.precision.c_str(), comm->size(), median(step_ms), median(fb_ms),
                 median(opt_ms), median(mb_sent), median(comm_ms), 100.0 * median(overlap),
-                static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))));
+                static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
+                so.kind == StrategyKind::zero3
+                    ? (std::string("  gather_hidden ") + std::to_string(int(100.0 * median(gather_hidden))) + "%").c_str()
+                    : "");
     std::fflush(stdout);
   }
   comm->barrier();
@@ -159,8 +168,9 @@ int bench_rank(const BenchArgs& a) {
 int run_bench_strategies(int argc, char** argv) {
   BenchArgs a;
   CLI::App app{
-      "Step time of ddp vs zero1 vs zero2 on --nproc ranks (processes), and the share of the\n"
-      "gradient communication hidden behind backward. Synthetic tokens; rank 0 prints one line\n"
+      "Step time of ddp vs zero1 vs zero2 vs zero3 on --nproc ranks (processes), and the share of the\n"
+      "gradient communication hidden behind backward (zero3: also of its parameter all-gathers).\n"
+      "Synthetic tokens; rank 0 prints one line\n"
       "per strategy with medians over --steps timed steps (after --warmup) and a hash of the\n"
       "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).",
       "ringzero bench-strategies"};
@@ -183,6 +193,8 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_flag("--buckets-per-unit", a.buckets_per_unit,
+               "every strategy cuts its buckets at layer boundaries as zero3 does (same buckets: comparable hashes)");
   app.add_option("--trace", a.trace,
                  "Chrome trace-event timeline (Perfetto, chrome://tracing) per strategy: FILE.STRATEGY.json");
   app.add_option("--trace-steps", a.trace_steps, "steps A:B (1-based, warmup included) the trace covers "
@@ -232,7 +244,7 @@ int run_bench_strategies(int argc, char** argv) {
 }
 
 const RegisterCommand kRegister{Command{"bench-strategies",
-                                        "step time of ddp vs zero1 vs zero2 and the overlap of gradient comm",
+                                        "step time of ddp vs zero1 vs zero2 vs zero3 and the overlap of comm",
                                         run_bench_strategies, 70}};
 
 }  // namespace

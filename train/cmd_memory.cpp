@@ -62,6 +62,7 @@ struct Row {
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
   std::vector<MemoryPlan> plans = {};     // shape given: the planner's answer per recompute mode asked
+  double gathered = 0;                    // zero3: gathered parameter units in flight (shape given)
   double total() const { return double(plans.at(0).peak()); }
 };
 
@@ -81,6 +82,7 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
     case StrategyKind::ddp: return strfmt("%s+%s+%s", pb, pb, opt);
     case StrategyKind::zero1: return strfmt("%s+%s+%s/N", pb, pb, opt);
     case StrategyKind::zero2: return strfmt("%s+%s/N+%s/N", pb, paper ? pb : "4", opt);
+    case StrategyKind::zero3: return strfmt("(%s+%s+%s)/N", pb, pb, opt);
   }
   return "?";
 }
@@ -88,12 +90,13 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
 int run_memory(int argc, char** argv) {
   MemoryArgs a;
   CLI::App app{
-      "Bytes per rank of model states (params + grads + AdamW states) for ddp, zero1 and zero2,\n"
+      "Bytes per rank of model states (params + grads + AdamW states) for ddp, zero1, zero2, zero3,\n"
       "computed from formulas without running anything. GB = 1e9 bytes.\n"
       "  bf16 mode: bf16 params and grads, fp32 master weights, m and v:\n"
-      "    ddp 2+2+12 = 16 B/param (7B -> 112 GB), zero1 2+2+12/N, zero2 2+2/N+12/N (ZeRO paper).\n"
+      "    ddp 2+2+12 = 16 B/param (7B -> 112 GB), zero1 2+2+12/N, zero2 2+2/N+12/N, zero3 16/N (ZeRO paper).\n"
       "  fp32 mode: the fp32 params ARE the master weights (no extra copy), so\n"
-      "    ddp 4+4+8 = 16 B/param, zero1 4+4+8/N, zero2 4+4/N+8/N.\n"
+      "    ddp 4+4+8 = 16 B/param, zero1 4+4+8/N, zero2 4+4/N+8/N, zero3 16/N.\n"
+      "zero3 also holds its gathered parameter units in flight (two layers + the embeddings) and zero2's staging.\n"
       "ringzero's zero2 keeps its owned gradient shard in the model's precision as the paper does\n"
       "(train --grad-shard-fp32 keeps it in fp32: 4/N) and holds staging buckets\n"
       "(--buckets-in-flight buffers sized like the largest buckets + one reserved for the bucket\n"
@@ -249,15 +252,17 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
-        BucketPlan plan = build_bucket_plan(layout, a.bucket_mb, precision_bytes(prec), n);
-        // The same pool rule the strategy allocates by, asked for the plan it would build.
-        const StagingPool pool = staging_pool_for(k, layout, plan, a.buckets_in_flight);
+        // The plan and pools the strategy would build (zero/memory_formula.h).
+        StagingPool pool;
+        const ExactStateBytes e =
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool);
         for (Recompute rc : recomputes) r.plans.push_back(plan_memory(plan_input(k, n, rc)));
-        const ExactStateBytes& e = r.plans[0].states;
         r.staging_buffers = pool.general;
-        r.states = static_cast<double>(e.total() - e.staging);
-        const ExactStateBytes f = exact_state_bytes(plan, k, prec, pool, true);
-        r.states_fp32_shard = static_cast<double>(f.total() - f.staging);
+        r.states = static_cast<double>(e.total() - e.staging - e.gathered);
+        r.gathered = static_cast<double>(e.gathered);
+        const ExactStateBytes f =
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, true);
+        r.states_fp32_shard = static_cast<double>(f.total() - f.staging - f.gathered);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);
         r.activations = static_cast<double>(r.plans[0].activations);
@@ -284,7 +289,8 @@ int run_memory(int argc, char** argv) {
                        {"bytes_per_param_paper", r.paper.total()},
                        {"bytes_per_param", r.ringzero.total()},
                        {"model_states_paper_bytes", r.states_paper},
-                       {"model_states_bytes", r.states},
+                       {"model_states_bytes", r.states + r.gathered},  // zero3: its params tag holds the gathered units
+                       {"gathered_bytes", r.gathered},
                        {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
       // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
       auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
@@ -345,16 +351,18 @@ int run_memory(int argc, char** argv) {
       line("", "--grad-shard-fp32 " + formula_text(k, prec, false), k,
            [](const Row& r) { return r.states_fp32_shard; });
     if (shape) {
-      if (k == StrategyKind::zero2) {
-        const auto z = std::find_if(rows.begin(), rows.end(), [](const Row& r) { return r.kind == StrategyKind::zero2; });
+      if (k == StrategyKind::zero2 || k == StrategyKind::zero3) {
+        const auto z = std::find_if(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k; });
         line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
       }
+      if (k == StrategyKind::zero3)
+        line("", strfmt("+ gathered (%d layers + emb)", kUnitsInFlight), k, [](const Row& r) { return r.gathered; });
       for (size_t i = 0; i < recomputes.size(); ++i)
         line("", strfmt("+ activations (recompute %s)", recompute_name(recomputes[i])), k,
              [i](const Row& r) { return double(r.plans[i].activations); });
       line("", "+ working (ring, kernels)", k, [](const Row& r) { return double(r.plans[0].working()); });
       if (std::any_of(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k && r.plans[0].startup > 0; }))
-        line("", "start-up peak (fp32 copy)", k, [](const Row& r) { return double(r.plans[0].startup); });
+        line("", "start-up peak", k, [](const Row& r) { return double(r.plans[0].startup); });
       for (size_t i = 0; i < recomputes.size(); ++i)
         line("", recomputes.size() > 1 ? strfmt("= peak (recompute %s)", recompute_name(recomputes[i])) : std::string("= peak"),
              k, [i](const Row& r) { return double(r.plans[i].peak()); });
@@ -364,7 +372,7 @@ int run_memory(int argc, char** argv) {
 }
 
 const RegisterCommand kRegister{Command{
-    "memory", "bytes per rank per strategy from formulas (7B bf16 DDP = 112 GB); --budget: largest micro-batch", run_memory, 40}};
+    "memory", "bytes per rank for ddp / zero1 / zero2 / zero3 (7B bf16 DDP = 112 GB); --budget: largest micro-batch", run_memory, 40}};
 
 }  // namespace
 }  // namespace rz

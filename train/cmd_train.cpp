@@ -42,7 +42,7 @@ int run_train(int argc, char** argv) {
   return run_training(cfg);
 }
 
-const RegisterCommand kRegister({"train", "train a GPT-2 model (ddp, zero1, zero2) on one or many ranks", run_train, 10});
+const RegisterCommand kRegister({"train", "train a GPT-2 model (ddp, zero1, zero2, zero3) on one or many ranks", run_train, 10});
 
 }  // namespace
 }  // namespace rz

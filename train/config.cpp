@@ -85,7 +85,7 @@ const Setting kSettings[] = {
   {"grad_clip", &TrainConfig::grad_clip, Allowed::non_negative, "clip the global gradient norm to this (0: no clipping)"},
   {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling"},
   {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping"},
-  {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients and optimizer state are kept and synchronised (docs/zero.md)"},
+  {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients, optimizer state and (zero3) parameters are kept and synchronised (docs/zero.md)"},
   {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)"},
   {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job"},
   {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
@@ -428,7 +428,7 @@ std::string format_config_table(const TrainConfig& cfg) {
 
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   CLI::App app{
-      "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2).\n"
+      "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
       "under torchrun, srun or mpirun each process reads its rank from the environment.",

@@ -273,12 +273,16 @@ float Trainer::eval_loss() {
 }
 
 void Trainer::sample(int step) {
-  if (!rank0() || tok_ == nullptr) return;
+  // zero3's forward gathers parameters (collective): every rank generates the same tokens
+  // (same parameters, same rng), and rank 0 prints them.
+  const bool collective = cfg_.strategy == StrategyKind::zero3;
+  if ((!rank0() && !collective) || tok_ == nullptr) return;
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
   // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.
   const float temperature = cfg_.sample_top_k > 0 ? 1.0f : 0.0f;
   std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
                                          temperature, cfg_.sample_top_k, rng_);
+  if (!rank0()) return;
   out.erase(out.begin());
   std::string text;
   for (int t : out) text += t == tok_->eot() ? std::string("\n<|endoftext|>\n") : tok_->decode_token(t);
@@ -346,11 +350,10 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
   st.loader_next_window = ls.next_window;
   st.rng_state = rng_.state;
   write_rank_state((fs::path(dir) / rank_state_name(rank_)).string(), st);
-  if (rank0()) {
-    std::vector<float> params(model_->layout().total);
-    model_->get_params_f32(params.data());
-    write_model_file((fs::path(dir) / "model.bin").string(), mcfg_, precision_, params.data());
-  }
+  // Collective: zero3 gathers the parameters unit by unit for rank 0.
+  std::vector<float> params(rank0() ? model_->layout().total : 0);
+  strategy_->params_f32(rank0() ? params.data() : nullptr);
+  if (rank0()) write_model_file((fs::path(dir) / "model.bin").string(), mcfg_, precision_, params.data());
 }
 
 // Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so

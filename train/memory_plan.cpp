@@ -67,11 +67,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int T = in.seq > 0 ? in.seq : in.cfg.max_seq_len;
   const ParamLayout layout = build_param_layout(in.cfg);
   const size_t pb = precision_bytes(in.precision);
-  const BucketPlan plan = build_bucket_plan(layout, in.bucket_mb, pb, in.nranks);
+  const bool z3 = in.kind == StrategyKind::zero3;
+  const BucketPlan plan = build_bucket_plan(layout, in.bucket_mb, pb, in.nranks, z3);
   const bool sharded = in.kind != StrategyKind::ddp;
-  const StagingPool pool = staging_pool_for(in.kind, layout, plan, in.buckets_in_flight);
   MemoryPlan p;
-  p.states = exact_state_bytes(plan, in.kind, in.precision, pool, in.grad_shard_fp32);
+  // The plan and pools the strategy would build, zero3's gathered units included.
+  p.states = predicted_state_bytes(layout, in.cfg.num_layers, in.kind, in.precision, in.nranks, in.bucket_mb,
+                                   in.buckets_in_flight, in.grad_shard_fp32);
   ModelOptions mo{in.precision, in.recompute};
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
@@ -83,9 +85,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     p.ring_work = shard * pb;
   }
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
-  if (sharded && in.precision == Precision::bf16) {
-    // zero/sharded.cpp's constructor: parameters + master shard + a full fp32 copy.
-    p.startup = p.states.params + p.states.master + layout.total * sizeof(float);
+  if (z3) {
+    // The model's full parameter buffer exists until zero3 takes its shard over (the
+    // strategy's start-up itself goes bucket by bucket, with no full-size fp32 copy).
+    p.startup = layout.total * pb + p.states.total() - p.states.params;
   }
   return p;
 }

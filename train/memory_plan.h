@@ -2,18 +2,18 @@
 //
 // `ringzero memory --model ...` (train/cmd_memory.cpp) answers "does it fit?" with the same
 // allocation rules the trainer follows, each from its owner:
-//   model states   zero/memory_formula.h's exact_state_bytes (parameters, gradient buffer or
-//                  owned shard, master/m/v, zero2's staging pool), for the bucket plan the
-//                  strategy would build;
+//   model states   zero/memory_formula.h's predicted_state_bytes (parameters, gradient buffer
+//                  or owned shard, master/m/v, zero2's / zero3's staging pool, zero3's
+//                  gathered units), for the bucket plan the strategy would build;
 //   activations    GPT2::activation_bytes for (B, T) and the recompute mode (logits included);
 //   working        what the step allocates besides: the ring's chunk-sized reduce buffer
 //                  (ReduceScatter of the largest bucket, sharded strategies), and on CPU ranks
 //                  the kernels' per-thread fp32 scratch (bf16 matmuls, attention heads);
-//   start-up       the sharded strategies read the bf16 parameters into a full fp32 copy once
-//                  while they build their master shard (zero/sharded.cpp): a transient peak.
+//   start-up       zero3: the model's full parameter buffer, until the strategy takes its
+//                  shard over (the strategies' own start-up goes bucket by bucket).
 // peak() = max(states + activations + working, start-up). The planner test
 // (tests/test_train_memory_plan.cpp) holds it to the tracker's measured peak of a real step.
-// Strategies come from kStrategyKinds and exact_state_bytes: a new strategy there appears
+// Strategies come from kStrategyKinds and predicted_state_bytes: a new strategy there appears
 // in the planner without edits here.
 #pragma once
 

@@ -13,7 +13,7 @@ void check_bucket_mb(double bucket_mb) {
 }
 
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
-                             int nranks) {
+                             int nranks, bool cut_at_units) {
   check_bucket_mb(bucket_mb);
   RZ_CHECK(nranks >= 1, "bucket plan: expected at least 1 rank, got %d", nranks);
   RZ_CHECK(elem_bytes == 2 || elem_bytes == 4, "bucket plan: gradient element of %zu bytes", elem_bytes);
@@ -38,10 +38,14 @@ BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t
     cur.begin = cur.end = plan.buckets.back().end;
     cur.first_tensor = next_tensor;
   };
+  int num_layers = 0;
+  for (const ParamTensor& t : layout.tensors) num_layers = std::max(num_layers, t.layer + 1);
   for (int i = 0; i < static_cast<int>(layout.tensors.size()); ++i) {
     const ParamTensor& t = layout.tensors[i];
     RZ_ENFORCE_EQ(t.offset, cur.end);  // the layout is dense and in order
-    if (cur.num_tensors > 0 && cur.numel() + t.numel > cap) close(i);
+    const bool new_unit = cut_at_units && i > 0 &&
+                          param_unit_of(t, num_layers) != param_unit_of(layout.tensors[i - 1], num_layers);
+    if (cur.num_tensors > 0 && (new_unit || cur.numel() + t.numel > cap)) close(i);
     cur.end += t.numel;
     cur.num_tensors += 1;
   }

@@ -64,10 +64,13 @@ struct BucketPlan {
 void check_bucket_mb(double bucket_mb);
 
 // elem_bytes: bytes of one gradient element (4 in fp32, 2 in bf16) -- the capacity counts
-// gradient bytes as PyTorch's bucket_cap_mb does. Throws rz::Error for bucket_mb <= 0 or
-// nranks < 1.
+// gradient bytes as PyTorch's bucket_cap_mb does. cut_at_units: a bucket also ends where a
+// ZeRO-3 unit ends (param_unit_ranges in model/layout.h: a layer, lnf, the embeddings), so
+// every unit is a run of whole buckets and can be all-gathered bucket by bucket (zero3
+// always; the other strategies on request, to compare with zero3 on the same buckets).
+// Throws rz::Error for bucket_mb <= 0 or nranks < 1.
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
-                             int nranks);
+                             int nranks, bool cut_at_units = false);
 
 // The full gradient buffer of ddp and zero1: every gradient, in the model's precision, at
 // its padded-bucket position (MemTag::grads). Bucket b is then one contiguous range whose

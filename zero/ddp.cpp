@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "base/bf16.h"
 #include "base/check.h"
 #include "zero/clip.h"
 
@@ -12,9 +13,13 @@ DDPStrategy::DDPStrategy(GPT2& model, Communicator& comm, const StrategyOptions&
   const Device dev = model.device();
   if (precision_ == Precision::bf16) {
     master_.allocate(MemTag::master, plan_.total, dev);
-    std::vector<float> host(plan_.total);
-    model_.get_params_f32(host.data());
-    be_.copy_from_host(master_.data(), host.data(), plan_.total * sizeof(float));
+    if (dev.is_cpu()) {  // straight from the bf16 params: no full-size fp32 temporary
+      be_.bf16_to_f32(master_.data(), static_cast<const bf16*>(model_.params()), plan_.total);
+    } else {
+      std::vector<float> host(plan_.total);
+      model_.get_params_f32(host.data());
+      be_.copy_from_host(master_.data(), host.data(), plan_.total * sizeof(float));
+    }
   }
   m_.allocate(MemTag::adam_m, plan_.total, dev);
   v_.allocate(MemTag::adam_v, plan_.total, dev);

@@ -7,10 +7,16 @@
 //     ddp     2 + 2   + 12        = 16 bytes/param     (7B -> 112 GB, as in the seed article, docs/comm.md)
 //     zero1   2 + 2   + 12/N
 //     zero2   2 + 2/N + 12/N                           (the paper's Psi(2 + 14/N))
+//     zero3   2/N + 2/N + 12/N  = 16/N                 (the paper's Psi(16/N)) + gathered units
 //   fp32 mode (fp32 params ARE the master weights, so no separate copy: m, v = 8 bytes)
 //     ddp     4 + 4   + 8         = 16 bytes/param
 //     zero1   4 + 4   + 8/N
 //     zero2   4 + 4/N + 8/N
+//     zero3   4/N + 4/N + 8/N = 16/N                                              + gathered units
+//
+// zero3's working set on top of the 16/N: the gathered parameter units in flight
+// (zero3_gather_pool(): two buffers of the largest layer plus the embedding unit, which
+// the tied classifier keeps gathered through the forward), and zero2's staging buckets.
 //
 // ringzero's zero2 keeps its owned gradient shard in the model's precision, as the paper
 // counts it (with StrategyOptions::grad_shard_fp32 in fp32: 4/N instead of 2/N in bf16
@@ -50,18 +56,24 @@ struct ExactStateBytes {
   size_t master = 0;   // MemTag::master: fp32 master weights (bf16 mode only)
   size_t adam_m = 0;   // MemTag::adam_m
   size_t adam_v = 0;   // MemTag::adam_v
-  size_t staging = 0;  // MemTag::comm held by the strategy: zero2's staging pool
+  size_t staging = 0;  // MemTag::comm held by the strategy: zero2's and zero3's staging pool
+  size_t gathered = 0;  // zero3: the part of `params` that is gathered-unit buffers (working set)
   size_t total() const { return params + grads + master + adam_m + adam_v + staging; }
 };
 // staging: zero2's pool for this plan (Strategy::staging_pool(), or zero2_staging_pool()
 // for a strategy not built); ignored for ddp and zero1.
+// gathered: zero3's working set (Strategy::gather_pool() or zero3_gather_pool()); ignored
+// for the others.
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
-                                  const StagingPool& staging, bool grad_shard_fp32 = false);
+                                  const StagingPool& staging, bool grad_shard_fp32 = false,
+                                  const GatherPool& gathered = {});
 
-// The staging pool a strategy of this kind allocates for this plan (zero2_staging_pool()
-// for the strategies that stage gradients; empty for the others): what `ringzero memory`
-// and the planner pass to exact_state_bytes for a strategy they do not build.
-StagingPool staging_pool_for(StrategyKind kind, const ParamLayout& layout, const BucketPlan& plan,
-                             int buckets_in_flight);
+// What a strategy would allocate on one rank for a model shape, without building it: the
+// plan it builds (zero3's cut at units), zero2's / zero3's staging pool, zero3's gathered
+// units. For estimators that loop over kStrategyKinds (`ringzero memory`, the planner).
+ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
+                                      Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
+                                      bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr);
+
 
 }  // namespace rz

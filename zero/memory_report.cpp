@@ -39,7 +39,8 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
   rep.wte_bucket_bytes = pool.reserved_elems * precision_bytes(rep.precision);
   rep.formula = ringzero_formula(rep.kind, rep.precision, rep.nranks, strategy.options().grad_shard_fp32);
   rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
-  rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32);
+  rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32,
+                                   strategy.gather_pool());
   rep.recompute = model.recompute();
   rep.activations = model.activation_capacity_bytes();
 
@@ -66,9 +67,13 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
                "   [ZeRO paper: %.4g]\n",
                r.formula.params, r.formula.grads, r.formula.master, r.formula.adam_m, r.formula.adam_v,
                r.formula.total(), r.paper.total());
-  if (r.kind == StrategyKind::zero2)
-    std::fprintf(out, "  zero2 staging (comm): %d buckets in flight + 1 reserved for the wte bucket (%s)\n",
-                 r.pool_size, mb(double(r.wte_bucket_bytes)).c_str());
+  if (r.kind == StrategyKind::zero2 || r.kind == StrategyKind::zero3)
+    std::fprintf(out, "  %s staging (comm): %d buckets in flight + 1 reserved for the wte bucket (%s)\n",
+                 strategy_name(r.kind), r.pool_size, mb(double(r.wte_bucket_bytes)).c_str());
+  if (r.kind == StrategyKind::zero3)
+    std::fprintf(out, "  zero3 params: owned shard %s + gathered units in flight %s (%d layers + the embeddings)\n",
+                 mb(double(r.expected.params - r.expected.gathered)).c_str(), mb(double(r.expected.gathered)).c_str(),
+                 kUnitsInFlight);
   std::fprintf(out, "  %-12s", "tag");
   for (int k = 0; k < r.nranks; ++k) std::fprintf(out, "  %24s", strfmt("rank %d cur / peak", k).c_str());
   std::fprintf(out, "  %14s\n", "formula/rank");
@@ -119,6 +124,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["expected_bytes"] = {{"params", r.expected.params}, {"grads", r.expected.grads},
                          {"master", r.expected.master}, {"adam_m", r.expected.adam_m},
                          {"adam_v", r.expected.adam_v}, {"comm_staging", r.expected.staging},
+                         {"params_gathered", r.expected.gathered},
                          {"total", r.expected.total()}, {"activations", r.activations}};
   j["recompute"] = recompute_name(r.recompute);
   json ranks = json::array();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/bf16.h"
 #include "base/check.h"
 #include "zero/clip.h"
 
@@ -16,10 +17,13 @@ ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const Strategy
            strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
   if (precision_ == Precision::bf16) {
+    // Bucket by bucket from the model's bf16 params: no full-size fp32 copy.
     master_.allocate(MemTag::master, owned);
-    Buffer<float> full(MemTag::workspace, plan_.total);
-    model_.get_params_f32(full.data());
-    ranges_to_owned(plan_, rank_, full.data(), master_.data());
+    const bf16* params = static_cast<const bf16*>(model_.params());
+    for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+      auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+      be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
+    }
   }
   m_.allocate(MemTag::adam_m, owned);
   v_.allocate(MemTag::adam_v, owned);
@@ -31,7 +35,6 @@ StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float 
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
 
-  unsigned char* params = static_cast<unsigned char*>(model_.params());
   const unsigned char* grads = static_cast<const unsigned char*>(owned_grads);
   const size_t gsize = dtype_size(gdt);
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
@@ -43,14 +46,24 @@ StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float 
       size_t a = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
       if (a >= e) continue;
       size_t o = plan_.owned_offset(b) + (a - shard_begin);  // index in the owned arrays
-      adamw(master_.empty() ? nullptr : master_.data() + o, params + a * grad_bytes_,
+      adamw(master_.empty() ? nullptr : master_.data() + o, owned_param(b, a),
             grads + o * gsize, gdt, m_.data() + o, v_.data() + o, e - a, t.weight_decay, lr, scale);
     }
   }
 
+  publish_params();
+  return finish_stats(norm);
+}
+
+unsigned char* ShardedStrategy::owned_param(int, size_t a) const {
+  return static_cast<unsigned char*>(const_cast<void*>(model_.params())) + a * grad_bytes_;
+}
+
+void ShardedStrategy::publish_params() {
   // Every rank's updated shard to everyone, bucket by bucket, in place. The count is the
   // bucket's unpadded size: the communicator's shards of it are exactly ours (S_b =
   // ceil(numel / N)), and the padding never exists in the params.
+  unsigned char* params = static_cast<unsigned char*>(model_.params());
   std::vector<WorkHandle> gathers;
   const DType pdt = precision_ == Precision::fp32 ? DType::f32 : DType::bf16;
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
@@ -61,7 +74,6 @@ StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float 
                                              params + bk.begin * grad_bytes_, bk.numel(), pdt));
   }
   for (auto& w : gathers) w->wait();
-  return finish_stats(norm);
 }
 
 std::vector<std::pair<size_t, size_t>> ShardedStrategy::owned_ranges() const {
@@ -72,11 +84,13 @@ void ShardedStrategy::get_optimizer_state(std::vector<float>& master, std::vecto
                                           std::vector<float>& v) const {
   if (!master_.empty()) {
     owned_to_ranges(plan_, rank_, master_.data(), master);
-  } else {
-    Buffer<float> full(MemTag::workspace, plan_.total);
-    model_.get_params_f32(full.data());
+  } else {  // fp32 mode: the owned parameters are the master weights
     master.clear();
-    for (auto [lo, hi] : owned_ranges()) master.insert(master.end(), full.data() + lo, full.data() + hi);
+    for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+      auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+      const float* p = reinterpret_cast<const float*>(owned_param(b, lo));
+      master.insert(master.end(), p, p + (hi - lo));
+    }
   }
   owned_to_ranges(plan_, rank_, m_.data(), m);
   owned_to_ranges(plan_, rank_, v_.data(), v);
@@ -84,7 +98,7 @@ void ShardedStrategy::get_optimizer_state(std::vector<float>& master, std::vecto
 
 void ShardedStrategy::set_optimizer_state(const float* master_full, const float* m_full,
                                           const float* v_full, uint64_t step) {
-  model_.set_params_f32(master_full);
+  set_params_from_master(master_full);
   if (!master_.empty()) ranges_to_owned(plan_, rank_, master_full, master_.data());
   ranges_to_owned(plan_, rank_, m_full, m_.data());
   ranges_to_owned(plan_, rank_, v_full, v_.data());

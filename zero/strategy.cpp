@@ -11,6 +11,7 @@
 #include "zero/strategy_core.h"
 #include "zero/zero1.h"
 #include "zero/zero2.h"
+#include "zero/zero3.h"
 
 namespace rz {
 
@@ -26,7 +27,7 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
       nranks_(comm.size()),
       rank_(comm.rank()),
       plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
-                              comm.size())) {
+                              comm.size(), opts.buckets_per_unit || opts.kind == StrategyKind::zero3)) {
   RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);
   RZ_CHECK(std::isfinite(opts.grad_clip), "gradient clipping threshold: expected a finite number, found %g",
@@ -44,8 +45,7 @@ GradSink& StrategyCore::begin_micro_step(int micro, int accum) {
   ready_upto_ = 0;
   next_bucket_ = 0;
   if (micro == 0) {
-    window_start_stats_ = comm_.stats();
-    exposed_s_ = 0.0;
+    if (!window_open_) open_window();
     begin_window();
   }
   begin_micro();
@@ -71,6 +71,13 @@ void StrategyCore::end_micro_step() {
            plan_.total);
 }
 
+void StrategyCore::open_window() {
+  window_start_stats_ = comm_.stats();
+  exposed_s_ = 0.0;
+  gather_exposed_s_ = 0.0;
+  window_open_ = true;
+}
+
 void StrategyCore::wait_grad_work() {
   RZ_TRACE_SCOPE("wait for gradient collectives");
   auto t0 = Clock::now();
@@ -92,6 +99,12 @@ StepStats StrategyCore::finish_stats(double grad_norm) {
     grad_s += now.by_kind[i].seconds - window_start_stats_.by_kind[i].seconds;
   }
   s.comm_overlapped = grad_s > 0.0 ? std::clamp(1.0 - exposed_s_ / grad_s, 0.0, 1.0) : 0.0;
+  if (kind() == StrategyKind::zero3) {
+    const int ag = static_cast<int>(CollectiveKind::all_gather);
+    const double gather_s = now.by_kind[ag].seconds - window_start_stats_.by_kind[ag].seconds;
+    s.gather_hidden = gather_s > 0.0 ? std::clamp(1.0 - gather_exposed_s_ / gather_s, 0.0, 1.0) : 0.0;
+  }
+  window_open_ = false;
   return s;
 }
 
@@ -150,6 +163,7 @@ std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const S
     case StrategyKind::ddp: return std::make_unique<DDPStrategy>(model, comm, opts);
     case StrategyKind::zero1: return std::make_unique<Zero1Strategy>(model, comm, opts);
     case StrategyKind::zero2: return std::make_unique<Zero2Strategy>(model, comm, opts);
+    case StrategyKind::zero3: return std::make_unique<Zero3Strategy>(model, comm, opts);
   }
   RZ_FAIL("make_strategy: unknown strategy %d", static_cast<int>(opts.kind));
 }

@@ -4,6 +4,8 @@
 //   ddp       full buffer                      full              AllReduce(avg) per bucket during backward
 //   zero1     full buffer                      owned shard       ReduceScatter per bucket (last micro-step), AllGather params
 //   zero2     staging buckets + owned shard    owned shard       ReduceScatter per bucket during backward, AllGather params
+//   zero3     as zero2; params sharded too     owned shard       as zero2, but params AllGathered per layer before use
+//                                                                 in forward and backward instead of after the step
 //
 // The training loop drives every strategy the same way:
 //   for micro in 0..accum-1:  model.forward(...); model.backward(strategy.begin_micro_step(micro, accum), 1/accum);
@@ -51,11 +53,25 @@ StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan
 // and has its own reserved buffer).
 int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);
 
+// zero3's gathered-parameter working set (zero3.h): `general` buffers (the unit in use and
+// the one prefetched) sized like the largest layer unit (lnf shares them), plus one for the
+// embedding unit (wpe, wte), all in the model's precision. Empty for the other strategies.
+inline constexpr int kUnitsInFlight = 2;
+struct GatherPool {
+  int general = 0;
+  size_t general_elems = 0;    // each: the largest layer (or lnf) unit
+  size_t embedding_elems = 0;  // wpe + wte
+  size_t total_elems() const { return static_cast<size_t>(general) * general_elems + embedding_elems; }
+};
+GatherPool zero3_gather_pool(const ParamLayout& layout, int num_layers);
+
 struct StepStats {
   float grad_norm = 0.0f;          // global L2 norm of the averaged gradient, before clipping
   uint64_t comm_bytes_sent = 0;    // this rank, this step, all collectives
   double comm_seconds = 0.0;       // time spent executing collectives
   double comm_overlapped = 0.0;    // fraction of the gradient-sync time hidden behind backward (0..1)
+  double gather_hidden = 0.0;      // zero3: fraction of the parameter all-gather time hidden behind
+                                   // forward and backward (0..1); 0 for the others
 };
 
 class Strategy {
@@ -82,11 +98,16 @@ class Strategy {
   virtual void set_optimizer_state(const float* master_full, const float* m_full,
                                    const float* v_full, uint64_t step) = 0;
   virtual uint64_t optimizer_step() const = 0;  // AdamW's t: steps taken so far
+  // The full parameters as fp32 in layout order (layout().total elements) into `out`, which
+  // may be null on a rank that does not need them. Collective: every rank calls it (zero3
+  // all-gathers them unit by unit; the others copy the model's own).
+  virtual void params_f32(float* out) = 0;
 
   // --- what the strategy built, for reports (they ask; they never rebuild it).
   virtual const BucketPlan& bucket_plan() const = 0;
   virtual const StrategyOptions& options() const = 0;
   virtual StagingPool staging_pool() const { return {}; }
+  virtual GatherPool gather_pool() const { return {}; }
 };
 
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);

@@ -30,6 +30,9 @@ class StrategyCore : public Strategy, public GradSink {
   void end_micro_step() override;
   void grads_ready(size_t begin, size_t end) override;
   uint64_t optimizer_step() const override { return t_; }
+  void params_f32(float* out) override {
+    if (out) model_.get_params_f32(out);
+  }
 
   const BucketPlan& bucket_plan() const override { return plan_; }
   const StrategyOptions& options() const override { return opts_; }
@@ -49,6 +52,9 @@ class StrategyCore : public Strategy, public GradSink {
   // zero2 reduce-scatters on every micro-step; ddp and zero1 only on the last one.
   virtual bool communicates_every_micro_step() const { return false; }
 
+  // Starts the window whose communication the next StepStats report: at micro-step 0, or
+  // earlier when the strategy communicates before backward (zero3's forward gathers).
+  void open_window();
   // Waits on every pending gradient collective; the blocked time counts as exposed.
   void wait_grad_work();
   // Fills comm bytes/seconds/overlap for the window that ends now.
@@ -77,6 +83,8 @@ class StrategyCore : public Strategy, public GradSink {
   uint64_t t_ = 0;
   std::vector<WorkHandle> grad_work_;
   double exposed_s_ = 0.0;  // compute thread blocked on gradient collectives, this window
+  double gather_exposed_s_ = 0.0;  // zero3: compute thread blocked on parameter gathers, this window
+  bool window_open_ = false;
   CommStats window_start_stats_;
 };
 

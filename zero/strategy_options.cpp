@@ -12,6 +12,7 @@ const char* strategy_name(StrategyKind k) {
     case StrategyKind::ddp: return "ddp";
     case StrategyKind::zero1: return "zero1";
     case StrategyKind::zero2: return "zero2";
+    case StrategyKind::zero3: return "zero3";
   }
   return "?";
 }

@@ -11,11 +11,12 @@
 
 namespace rz {
 
-enum class StrategyKind : int { ddp, zero1, zero2 };
-inline constexpr StrategyKind kStrategyKinds[] = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2};
+enum class StrategyKind : int { ddp, zero1, zero2, zero3 };
+inline constexpr StrategyKind kStrategyKinds[] = {StrategyKind::ddp, StrategyKind::zero1, StrategyKind::zero2,
+                                                  StrategyKind::zero3};
 const char* strategy_name(StrategyKind k);
 std::vector<std::string> strategy_names();  // of kStrategyKinds, in order
-// Throws "strategy: expected ddp, zero1 or zero2, found 'NAME'".
+// Throws "strategy: expected one of ddp, zero1, zero2, zero3, found 'NAME'" (parse_enum's wording).
 StrategyKind parse_strategy(const std::string& name);
 
 struct AdamWConfig {
@@ -31,6 +32,8 @@ struct StrategyOptions {
   int buckets_in_flight = 2;   // zero2: staging buckets reduce-scattering at once (raised when too few; zero2.h)
   bool grad_shard_fp32 = false;  // zero2, bf16 mode: keep the owned gradient shard in fp32
                                  // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
+  bool buckets_per_unit = false;  // cut buckets at ZeRO-3's unit boundaries too (zero3 always
+                                  // does; the others on request, to compare on zero3's buckets)
   AdamWConfig adamw;
   float grad_clip = 1.0f;      // clip the global norm to this; <= 0 disables clipping
 };

@@ -30,7 +30,7 @@
 
 namespace rz {
 
-class Zero2Strategy final : public ShardedStrategy {
+class Zero2Strategy : public ShardedStrategy {  // zero3 (zero/zero3.h) extends it
  public:
   Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
 
@@ -41,7 +41,7 @@ class Zero2Strategy final : public ShardedStrategy {
   StagingPool staging_pool() const override { return pool_; }
   size_t staging_bytes() const;  // all staging buffers, general and reserved, as allocated
 
- private:
+ protected:
   void begin_window() override {}
   void begin_micro() override;
   void submit_bucket(int b) override;

@@ -1,0 +1,75 @@
+// zero/zero3.h: ZeRO stage 3 -- parameters sharded too.
+//
+// Gradients and optimizer state are zero2's (this class extends Zero2Strategy: the same
+// staging pool, reduce-scatter per bucket during backward, owned gradient shard, sharded
+// AdamW). The difference is the parameters: a rank keeps only its owned shard of them
+// (owned_numel elements in the model's precision, MemTag::params), and the model reads
+// every parameter through this strategy's ParamGate (model/gpt2.h):
+//
+//   unit      a layer's 12 tensors, lnf, or the embeddings (wpe, wte) -- one contiguous
+//             layout range each (param_unit_ranges in model/layout.h). zero3 cuts its
+//             buckets at unit boundaries (build_bucket_plan cut_at_units), so a unit is a
+//             run of whole buckets, and gathering a unit is one AllGather per bucket into
+//             a unit buffer (every rank sends the owned shard AdamW just updated).
+//   acquire   the model asks for unit u right before reading it and names the unit it will
+//             want next; zero3 starts that one's AllGather on the comm thread at once
+//             (prefetch, one unit ahead, like zero2's asynchronous reduce-scatters) and
+//             waits only for u. The time it waits counts as exposed (StepStats::gather_hidden).
+//   release   the unit buffer goes back to the pool ("freed": no allocation per use).
+//
+// Working set (the "gathered layers in flight"): kUnitsInFlight buffers sized like the
+// largest layer (lnf shares them) plus one buffer for the embeddings. The embeddings are
+// the one unit held across a stretch of work: wte is tied, so the forward keeps the
+// embedding unit from the token embedding at the start to the classifier at the end; the
+// backward gathers it again for the classifier only (the embedding backward needs no
+// parameter values, only dwte). So every step gathers every parameter twice (forward and
+// backward) and reduce-scatters every gradient once: 3 x (N-1)/N x P elements sent against
+// ddp's 2 x (N-1)/N x P, the ZeRO paper's 1.5x. Nothing is gathered after the step.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "model/gpt2.h"
+#include "zero/zero2.h"
+
+namespace rz {
+
+class Zero3Strategy final : public Zero2Strategy, public ParamGate {
+ public:
+  Zero3Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  ~Zero3Strategy() override;  // detaches the model (which is then without parameters)
+
+  StrategyKind kind() const override { return StrategyKind::zero3; }
+  StepStats step(float lr) override;
+  void params_f32(float* out) override;
+
+  const void* acquire(int unit, int next) override;
+  void release(int unit) override;
+
+  GatherPool gather_pool() const override { return gather_pool_; }
+
+ private:
+  struct Slot {
+    Buffer<unsigned char> data;  // a unit's parameters, model precision, MemTag::params
+    int unit = -1;               // the unit gathered (or gathering) into it; -1 free
+    bool held = false;           // acquired and not yet released
+    std::vector<WorkHandle> work;  // its AllGathers (one per bucket of the unit)
+  };
+  unsigned char* owned_param(int b, size_t a) const override;
+  void publish_params() override {}
+  void set_params_from_master(const float* master_full) override;
+  int slot_for(int unit);             // a slot to gather `unit` into, or -1 (none free)
+  void start_gather(int unit, int slot);
+  void drop(int slot);                // waits for its gathers and frees it
+
+  int num_units_ = 0;                                // L + 2
+  std::vector<std::pair<size_t, size_t>> units_;     // param_unit_ranges
+  std::vector<std::pair<int, int>> unit_buckets_;    // per unit: [first, last] bucket
+  Buffer<unsigned char> owned_params_;               // (owned_numel) model precision, MemTag::params
+  GatherPool gather_pool_;
+  std::vector<Slot> slots_;       // [0, general) layers and lnf; [general] the embeddings
+  std::vector<int> slot_of_unit_;  // per unit: its slot, or -1
+};
+
+}  // namespace rz
