@@ -110,7 +110,6 @@ class NcclCommunicator final : public Communicator {
       if (broken_.empty() && std::uncaught_exceptions() == 0) {
         try {
           nccl("ncclCommFinalize", ncclCommFinalize(comm_));
-          settle("ncclCommFinalize");
           finalized = ncclCommDestroy(comm_) == ncclSuccess;
           if (finalized) comm_ = nullptr;
         } catch (const std::exception&) {
@@ -143,10 +142,9 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns at once; settle() bounds the wait
     nccl("ncclCommInitRankConfig", ncclCommInitRankConfig(&comm_, nranks_, id, rank_, &config));
-    settle("ncclCommInitRankConfig");
   }
   void free_cuda() {
-    if (scratch_ != nullptr) (void)cudaFree(scratch_);
+    if (scratch_ != nullptr) (void)cudaFreeAsync(scratch_, stream_);
     if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
     if (in_event_ != nullptr) (void)cudaEventDestroy(in_event_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -251,8 +249,12 @@ class NcclCommunicator final : public Communicator {
   void cuda(const char* what, cudaError_t e) const {
     if (e != cudaSuccess) throw Error(strfmt("%s failed: %s", what, cudaGetErrorString(e)));
   }
-  void nccl(const char* what, ncclResult_t r) const {
-    if (r == ncclSuccess || r == ncclInProgress) return;  // in progress: settle() or the watchdog follows it
+  // A non-blocking communicator may answer ncclInProgress: the call is not finished (for a
+  // collective: not yet on the stream) until the async state turns to success, so it is
+  // settled before anything else goes on the stream or to NCCL.
+  void nccl(const char* what, ncclResult_t r) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) return settle(what);
     const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
     throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(r),
                        last != nullptr && *last != 0 ? ": " : "", last != nullptr ? last : ""));
@@ -263,9 +265,14 @@ class NcclCommunicator final : public Communicator {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_s);
     for (;;) {
       ncclResult_t st = ncclSuccess;
-      nccl("ncclCommGetAsyncError", ncclCommGetAsyncError(comm_, &st));
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
+      if (q != ncclSuccess) st = q;
       if (st == ncclSuccess) return;
-      if (st != ncclInProgress) nccl(what, st);
+      if (st != ncclInProgress) {
+        const char* last = ncclGetLastError(comm_);
+        throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(st), last != nullptr && *last != 0 ? ": " : "",
+                           last != nullptr ? last : ""));
+      }
       if (std::chrono::steady_clock::now() >= deadline)
         throw Error(strfmt("%s still in progress after %.0f s (a peer is gone or not started; raise "
                            "--comm-timeout or RINGZERO_COMM_TIMEOUT if it is just slow)",
@@ -315,7 +322,6 @@ class NcclCommunicator final : public Communicator {
       cuda("cudaEventRecord(input stream)", cudaEventRecord(in_event_, in_stream_));
       cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, in_event_, 0));
       enqueue();
-      settle(collective_name(kind));
       cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&work->event, cudaEventDisableTiming));
       cuda("cudaEventRecord(comm stream)", cudaEventRecord(work->event, stream_));
     } catch (const Error& e) {
