@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "comm/mpi_communicator.h"
+#include "comm/nccl_communicator.h"
 #include "comm/ring_communicator.h"
 #include "comm/transports.h"
 
@@ -62,6 +63,19 @@ std::unique_ptr<Communicator> connect_mpi_communicator(const RankEnv&, const Com
 }
 #endif
 
+#ifndef RINGZERO_HAVE_NCCL
+bool nccl_backend_built() { return false; }
+std::string nccl_unavailable() {
+  return "this ringzero was built without NCCL (it needs the CUDA toolkit with nccl.h and libnccl; CMake option "
+         "RINGZERO_NCCL)";
+}
+int nccl_device_for(const RankEnv&, const CommOptions&) { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
+std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv&, const CommOptions&, StoreClient*,
+                                                     std::shared_ptr<void>) {
+  RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str());
+}
+#endif
+
 RankEnv rank_env_from_environment() {
   RankEnv e;
   struct Launcher {
@@ -94,15 +108,21 @@ RankEnv rank_env_from_environment() {
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
   RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
-           "comm: expected ring or mpi, found '%s'", opts.backend.c_str());
+           "comm: expected ring, mpi or nccl, found '%s'", opts.backend.c_str());
   if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
-  RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
+  const bool nccl = opts.backend == "nccl";
+  if (nccl) {
+    const std::string why = nccl_unavailable();
+    RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
+  }
+  RZ_CHECK(nccl || std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
                std::end(kProcessTransports),
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
            opts.transport.c_str());
   RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
            "rank %d of world size %d is out of range", env.rank, env.world_size);
+  if (env.world_size == 1 && nccl) return make_nccl_communicator(env, opts, nullptr, nullptr);
   if (env.world_size == 1)
     return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
   RZ_CHECK(!env.job_token.empty(),
@@ -125,6 +145,8 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
            "rendezvous: rank %d is already taken in the store at %s:%d (by %s): two jobs share MASTER_PORT and "
            "RINGZERO_JOB_TOKEN, or two processes were given RANK=%d",
            env.rank, env.master_addr.c_str(), env.master_port, holder.c_str(), env.rank);
+
+  if (nccl) return make_nccl_communicator(env, opts, &store, server);
 
   std::string transport = opts.transport;
   store.set(strfmt("host/%d", env.rank), host_identity());

@@ -13,15 +13,18 @@ namespace rz {
 // share a host, else tcp). `thread` is only for ranks that are threads of one process
 // (make_thread_communicators).
 inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
-// The collective backends --comm selects: ringzero's own ring, or the MPI library (mpirun).
-inline constexpr const char* kCommBackends[] = {"ring", "mpi"};
+// The collective backends --comm selects: ringzero's own ring, the MPI library (mpirun), or
+// NCCL (GPU ranks, device buffers; comm/nccl_communicator.h).
+inline constexpr const char* kCommBackends[] = {"ring", "mpi", "nccl"};
 
 struct CommOptions {
-  std::string backend = "ring";     // one of kCommBackends: ring (ringzero's own collectives) | mpi (under mpirun)
+  std::string backend = "ring";     // one of kCommBackends: ring (ringzero's own collectives) | mpi (under mpirun) | nccl (GPU ranks)
   std::string transport = "auto";   // one of kProcessTransports, or thread
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
+  int cuda_device = -1;             // nccl: the GPU of this rank; -1: local rank modulo the visible GPUs
+  void* cuda_stream = nullptr;      // nccl: the cudaStream_t that produces the buffers; null: the legacy default stream
 };
 
 // The identity of this process as a rank, read from the environment. The rank, world size
@@ -46,7 +49,9 @@ struct RankEnv {
 };
 RankEnv rank_env_from_environment();
 
-// Connects this process to the others. backend mpi: through the MPI library (ranks from
+// Connects this process to the others. backend nccl: rendezvous as for the ring, then NCCL
+// with its unique id through the store (a build without NCCL, or no GPU, is a one-line
+// error before any rendezvous). backend mpi: through the MPI library (ranks from
 // mpirun; transport is ignored; see comm/mpi_communicator.h). backend ring: rendezvous at master_addr:master_port (rank 0
 // serves the store), then builds the ring over the chosen transport. world_size 1 gives
 // a communicator whose collectives are local copies.

@@ -11,6 +11,9 @@
 #      T=1024, B=16 and, time permitting, 32);
 #   4. the PyTorch peer, bench/torch_gpt2_step.py (same shapes, torch.compile, bf16
 #      autocast, fused AdamW), which also measures the bf16 GEMM rate for MFU;
+#   5. `ringzero comm-bench --device cuda --comm nccl` on one rank per GPU (up to 4),
+#      1 KiB to 256 MiB, with the copy bandwidth and bound columns (the GPU comm tests,
+#      test_comm_gpu, run in step 2 with label "gpu"); about a minute;
 # and prints a summary table last. Logs go to $OUT (the device tool's folder) when set,
 # else to out/device-check/. Each step has its own time limit; a failing step is
 # recorded and the script goes on, so one run says as much as it can.
@@ -71,13 +74,17 @@ if run_step build 300 build.log cmake --build "$BUILD" --parallel "$(nproc)" \
   --target ringzero test_backend_ops test_model_cuda; then
   BUILT=1
 fi
+# The GPU comm tests build on their own, so a failure there leaves the steps above intact.
+if [ $BUILT = 1 ]; then
+  run_step "build comm tests" 120 build-comm.log cmake --build "$BUILD" --parallel "$(nproc)" --target test_comm_gpu
+fi
 grep -E "spill (stores|loads)" "$LOGS/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" \
   >"$LOGS/ptxas-spills.txt" || true
 export LD_LIBRARY_PATH=$ROOT/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
 # --- 2. GPU tests
 if [ $BUILT = 1 ]; then
-  run_step "gpu tests" 180 gpu-tests.log \
+  run_step "gpu tests" 240 gpu-tests.log \
     env RINGZERO_CUDA_SYNC=1 ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error
 fi
 
@@ -96,6 +103,18 @@ if [ "$(elapsed)" -lt 330 ]; then TORCH_BATCH=16,32; fi
 PYTHONUNBUFFERED=1 run_step "torch peer B=$TORCH_BATCH" 150 torch.log \
   python3 bench/torch_gpt2_step.py --model d12 --seq 1024 --batch "$TORCH_BATCH"
 
+# --- 5. comm-bench on GPU ranks (--comm nccl: one rank per GPU, at most 4)
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NGPU" -ge 1 ] 2>/dev/null || NGPU=1
+[ "$NGPU" -le 4 ] || NGPU=4
+if [ $BUILT = 1 ] && [ "$(elapsed)" -lt 600 ]; then
+  for op in all_reduce reduce_scatter; do
+    run_step "comm-bench nccl $op x$NGPU" 60 "comm-bench-nccl-$op.log" "$BUILD/ringzero" comm-bench \
+      --device cuda --comm nccl --nproc "$NGPU" --op "$op" --min-bytes 1K --max-bytes 256M --iters 10 --warmup 3 \
+      --comm-timeout 30
+  done
+fi
+
 # --- summary (last, so the device tool's reply carries it)
 echo
 echo "## device-check on ${GPU:-unknown GPU}, $(date -u +%Y-%m-%dT%H:%MZ), $(elapsed)s"
@@ -107,3 +126,6 @@ echo "ptxas spills (non-zero): $(wc -l <"$LOGS/ptxas-spills.txt" 2>/dev/null || 
 grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b*.log 2>/dev/null | head -n 4
 grep -h -E "GEMM|torch-step" "$LOGS/torch.log" 2>/dev/null
 grep -h -E "test cases|tests passed|tests failed|Skipped|\*\*\*Failed" "$LOGS/gpu-tests.log" 2>/dev/null | head -n 8
+for f in "$LOGS"/comm-bench-nccl-*.log; do
+  [ -f "$f" ] && { echo "$(basename "$f"):"; grep -E "copy|^ +(1024|268435456) " "$f"; }
+done

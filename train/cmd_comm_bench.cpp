@@ -7,8 +7,15 @@
 // bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw x 2(N-1)/N for
 // all_reduce and x (N-1)/N for reduce_scatter and all_gather. "bytes" is the full tensor
 // (all_gather's output, reduce_scatter's input). Time is the slowest rank's average.
+//
+// --device cuda (with --comm nccl): the buffers are on the GPU (inputs uploaded and the
+// checked result downloaded outside the timed loop), and the run first measures this GPU's
+// device-to-device copy bandwidth; each row then adds the bound: the bytes this GPU's ranks
+// move (bytes sent per rank x ranks on the GPU) over that bandwidth, and time's % of it.
+// The GPU path has never run on a GPU (docs/gpu-comm.md).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +28,8 @@
 #include "base/check.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
+#include "comm/nccl_communicator.h"
+#include "kernels/backend.h"
 #include "train/command.h"
 
 namespace rz {
@@ -40,6 +49,7 @@ struct BenchArgs {
   bool json = false;
   double timeout_s = 300;
   std::string segment = "1M";
+  std::string device = "cpu";
 };
 
 size_t parse_bytes(const std::string& s, const char* flag) {
@@ -73,8 +83,47 @@ struct Typed {
   }
 };
 
+// Where the benchmark's tensors live: host memory, or GPU memory through a backend (dev).
+struct BenchMemory {
+  Backend* dev = nullptr;
+  double copy_gbps = 0;  // device-to-device copy bandwidth measured in this run (dev only)
+
+  // A buffer for n elements: the host one itself, or a device twin (at least 1 byte).
+  void* place(Typed& host, size_t n, Buffer<unsigned char>& twin) const {
+    if (dev == nullptr) return host.data();
+    twin.allocate(MemTag::comm, std::max<size_t>(n * dtype_size(host.dt), 1), dev->device());
+    return twin.data();
+  }
+  void upload(void* d, Typed& host, size_t n) const {
+    if (dev != nullptr && n > 0) dev->copy_from_host(d, host.data(), n * dtype_size(host.dt));
+  }
+  void download(Typed& host, const void* d, size_t n) const {
+    if (dev != nullptr && n > 0) dev->copy_to_host(host.data(), d, n * dtype_size(host.dt));
+  }
+  void ready() const {
+    if (dev != nullptr) dev->synchronize();
+  }
+};
+
+// bytes / seconds of dev->copy between two device buffers of `bytes`, best of 5.
+double measure_copy_gbps(Backend& dev, size_t bytes) {
+  Buffer<unsigned char> a(MemTag::comm, bytes, dev.device()), b(MemTag::comm, bytes, dev.device());
+  dev.copy(b.data(), a.data(), bytes);
+  dev.synchronize();
+  double best = 0;
+  for (int k = 0; k < 5; ++k) {
+    auto t0 = std::chrono::steady_clock::now();
+    dev.copy(b.data(), a.data(), bytes);
+    dev.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, double(bytes) / s / 1e9);
+  }
+  return best;
+}
+
 // One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
-uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg) {
+uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg,
+                    const BenchMemory& mem = {}) {
   const int N = c.size(), r = c.rank();
   const DType dt = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const ReduceOp redop = a.redop == "avg" ? ReduceOp::avg : ReduceOp::sum;
@@ -83,11 +132,39 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
                               : a.op == "reduce_scatter" ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
   const double bus_factor = kind == CollectiveKind::all_reduce ? 2.0 * (N - 1) / N : double(N - 1) / N;
   const bool print = r == 0;
+  // Small host values (times, #wrong, device ids) through the communicator, on device
+  // buffers when the benchmark's are.
+  Typed small_in(DType::f32, 1), small_out(DType::f32, N);
+  Buffer<unsigned char> small_in_dev, small_out_dev;
+  void* small_in_p = mem.place(small_in, 1, small_in_dev);
+  void* small_out_p = mem.place(small_out, N, small_out_dev);
+  auto gather_floats = [&](float mine) {
+    small_in.set(0, mine);
+    mem.upload(small_in_p, small_in, 1);
+    mem.ready();
+    c.all_gather(small_in_p, small_out_p, N, DType::f32);
+    mem.download(small_out, small_out_p, N);
+    std::vector<float> v(N);
+    for (int q = 0; q < N; ++q) v[q] = small_out.get(q);
+    return v;
+  };
+  // Ranks that share this rank's GPU (all ranks of comm-bench run on one host).
+  int ranks_on_gpu = 1;
+  if (mem.dev != nullptr) {
+    std::vector<float> devs = gather_floats(float(mem.dev->device().index));
+    ranks_on_gpu = int(std::count(devs.begin(), devs.end(), float(mem.dev->device().index)));
+  }
+  if (print && !a.json && mem.dev != nullptr)
+    std::printf("# %s: device-to-device copy %.1f GB/s (measured in this run); %d rank(s) on this GPU\n",
+                mem.dev->name().c_str(), mem.copy_gbps, ranks_on_gpu);
   if (print && !a.json) {
     std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
                 a.op.c_str(), N, c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters, a.warmup);
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong");
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+    const bool dev = mem.dev != nullptr;
+    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
+                dev ? "       bound  %bound" : "");
+    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+                dev ? "        (us)        " : "");
     std::fflush(stdout);
   }
   uint64_t wrong_total = 0;
@@ -96,12 +173,18 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     const size_t nbytes = count * esz;
     ShardRange mine = shard_of(count, N, r);
     Typed full(dt, count), shard(dt, mine.count);
+    Buffer<unsigned char> full_dev, shard_dev;
+    void* full_p = mem.place(full, count, full_dev);
+    void* shard_p = mem.place(shard, mine.count, shard_dev);
     auto run_once = [&] {
-      if (kind == CollectiveKind::all_reduce) c.all_reduce(full.data(), count, dt, redop);
-      else if (kind == CollectiveKind::reduce_scatter) c.reduce_scatter(full.data(), shard.data(), count, dt, redop);
-      else c.all_gather(shard.data(), full.data(), count, dt);
+      if (kind == CollectiveKind::all_reduce) c.all_reduce(full_p, count, dt, redop);
+      else if (kind == CollectiveKind::reduce_scatter) c.reduce_scatter(full_p, shard_p, count, dt, redop);
+      else c.all_gather(shard_p, full_p, count, dt);
     };
     for (size_t i = 0; i < count; ++i) full.set(i, input_value(r, i));
+    mem.upload(full_p, full, count);
+    mem.upload(shard_p, shard, mine.count);
+    mem.ready();
     for (int k = 0; k < a.warmup; ++k) run_once();
     c.barrier();
     auto t0 = std::chrono::steady_clock::now();
@@ -111,9 +194,14 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     // The checked run, on fresh inputs.
     for (size_t i = 0; i < count; ++i) full.set(i, kind == CollectiveKind::all_gather ? -1.0f : input_value(r, i));
     for (size_t i = 0; i < mine.count; ++i) shard.set(i, float(int((mine.offset + i) % 241)));
+    mem.upload(full_p, full, count);
+    mem.upload(shard_p, shard, mine.count);
+    mem.ready();
     c.reset_stats();
     run_once();
     uint64_t sent = c.stats().total().bytes_sent;
+    mem.download(full, full_p, count);
+    mem.download(shard, shard_p, mine.count);
     uint64_t wrong = 0;
     auto expect = [&](size_t i) {
       if (kind == CollectiveKind::all_gather) return float(int(i % 241));
@@ -128,13 +216,14 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
       for (size_t i = 0; i < count; ++i) wrong += full.get(i) != expect(i);
     }
     // Gather every rank's time and #wrong: the slowest rank's time, the sum of #wrong.
-    std::vector<float> times(N), my_time{float(us)};
-    c.all_gather(my_time.data(), times.data(), N, DType::f32);
-    std::vector<float> wrong_all{float(wrong)};
-    c.all_reduce(wrong_all.data(), 1, DType::f32, ReduceOp::sum);
+    std::vector<float> times = gather_floats(float(us));
+    std::vector<float> wrongs = gather_floats(float(wrong));
     double t = 0;
     for (float x : times) t = std::max(t, double(x));
-    uint64_t w = static_cast<uint64_t>(wrong_all[0]);
+    uint64_t w = 0;
+    for (float x : wrongs) w += static_cast<uint64_t>(x);
+    // The fastest this GPU could do it: its ranks' bytes through its copy bandwidth.
+    const double bound_us = mem.copy_gbps > 0 ? double(sent) * ranks_on_gpu / (mem.copy_gbps * 1e3) : 0;
     wrong_total += w;
     double algbw = t > 0 ? nbytes / (t * 1e-6) / 1e9 : 0;
     if (print) {
@@ -143,10 +232,17 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
                             {"bytes", nbytes},       {"count", count},                 {"dtype", a.dtype},
                             {"time_us", t},          {"algbw_gbps", algbw},            {"busbw_gbps", algbw * bus_factor},
                             {"wrong", w},            {"bytes_sent_per_rank", sent}};
+        if (mem.dev != nullptr) {
+          j["device"] = device_name(mem.dev->device());
+          j["copy_gbps"] = mem.copy_gbps;
+          j["bound_us"] = bound_us;
+        }
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf(" %12zu %12zu %6s %6s %11.2f %9.3f %9.3f %7llu\n", nbytes, count, a.dtype == "bf16" ? "bf16" : "float",
+        std::printf(" %12zu %12zu %6s %6s %11.2f %9.3f %9.3f %7llu", nbytes, count, a.dtype == "bf16" ? "bf16" : "float",
                     a.redop.c_str(), t, algbw, algbw * bus_factor, static_cast<unsigned long long>(w));
+        if (mem.dev != nullptr) std::printf(" %11.2f %7.1f", bound_us, t > 0 ? 100.0 * bound_us / t : 0.0);
+        std::printf("\n");
       }
       std::fflush(stdout);
     }
@@ -170,8 +266,14 @@ int run_comm_bench(int argc, char** argv) {
   app.add_option("--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--transport", a.transport, "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
-  app.add_option("--comm", a.comm, "ring (ringzero's collectives) or mpi (the MPI library; start with mpirun -np N)")
-      ->check(CLI::IsMember({"ring", "mpi"}))->capture_default_str();
+  app.add_option("--comm", a.comm,
+                 "ring (ringzero's collectives), mpi (the MPI library; start with mpirun -np N) or nccl (GPU "
+                 "buffers, needs --device cuda; never run on a GPU yet)")
+      ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
+  app.add_option("--device", a.device,
+                 "where the buffers live: cpu, or cuda / cuda:K (GPU buffers, --comm nccl only; cuda puts rank r on "
+                 "GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never run on a GPU yet)")
+      ->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
@@ -198,8 +300,20 @@ int run_comm_bench(int argc, char** argv) {
   opts.timeout_s = a.timeout_s;
   opts.segment_bytes = seg;
 
-  RZ_CHECK(a.comm == "ring" || a.transport != "thread", "comm-bench: --comm mpi runs ranks as processes under mpirun, "
+  RZ_CHECK(a.comm != "mpi" || a.transport != "thread", "comm-bench: --comm mpi runs ranks as processes under mpirun, "
            "not as threads (drop --transport thread)");
+  RZ_CHECK(a.comm != "nccl" || a.transport != "thread", "comm-bench: --comm nccl runs ranks as processes, one per "
+           "GPU, not as threads (drop --transport thread)");
+  const Device device = parse_device(a.device);
+  RZ_CHECK(device.is_cpu() || a.comm == "nccl",
+           "comm-bench: --device %s with --comm %s: the ring's cuda transport is not built yet; GPU buffers need "
+           "--comm nccl", a.device.c_str(), a.comm.c_str());
+  RZ_CHECK(!device.is_cpu() || a.comm != "nccl", "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
+  if (a.comm == "nccl") {
+    const std::string why = nccl_unavailable();
+    RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
+    if (a.device != "cuda") opts.cuda_device = device.index;
+  }
   if (a.comm == "mpi") {
     // mpirun started the ranks; --nproc is not used.
     RankEnv env = rank_env_from_environment();
@@ -235,8 +349,15 @@ int run_comm_bench(int argc, char** argv) {
   RankEnv env = rank_env_from_environment();
   RZ_CHECK(env.world_size == a.nproc || !launched_by_ringzero(),
            "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.nproc);
+  BenchMemory mem;
+  std::unique_ptr<Backend> backend;
+  if (a.comm == "nccl") {
+    backend = make_backend(Device{DeviceKind::cuda, nccl_device_for(env, opts)});
+    mem.dev = backend.get();
+    mem.copy_gbps = measure_copy_gbps(*backend, std::clamp<size_t>(max_b, 32u << 20, 1u << 30));
+  }
   auto comm = connect_communicator(env, opts);
-  uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg);
+  uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg, mem);
   if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
   return wrong == 0 ? 0 : 1;
 }

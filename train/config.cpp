@@ -91,7 +91,7 @@ const Setting kSettings[] = {
   {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
   {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
   {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
-  {"comm", &TrainConfig::comm, Allowed::comm, "collectives: ring (ringzero's own) or mpi (ranks started by mpirun)"},
+  {"comm", &TrainConfig::comm, Allowed::comm, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; never run on a GPU yet)"},
   {"transport", &TrainConfig::transport, Allowed::transport, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
   {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},

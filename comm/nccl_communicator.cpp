@@ -1,0 +1,443 @@
+// comm/nccl_communicator.cpp: the Communicator over NCCL (see nccl_communicator.h).
+// Compiled, never run on a GPU.
+#include "comm/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "base/check.h"
+#include "comm/device_ops.h"
+#include "comm/nccl_id.h"
+#include "comm/ring_communicator.h"
+
+namespace rz {
+
+static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "comm/nccl_id.h: kNcclIdBytes is not sizeof(ncclUniqueId)");
+
+bool nccl_backend_built() { return true; }
+
+std::string nccl_unavailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+  if (n == 0) return "no CUDA device visible to this process";
+  return "";
+}
+
+int nccl_device_for(const RankEnv& env, const CommOptions& opts) {
+  const std::string why = nccl_unavailable();
+  RZ_CHECK(why.empty(), "comm nccl: rank %d: %s", env.rank, why.c_str());
+  int n = 0;
+  (void)cudaGetDeviceCount(&n);
+  if (opts.cuda_device >= 0) {
+    RZ_CHECK(opts.cuda_device < n, "comm nccl: rank %d: device cuda:%d asked for, but %d device(s) are visible",
+             env.rank, opts.cuda_device, n);
+    return opts.cuda_device;
+  }
+  return env.local_rank % n;
+}
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) { return t == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(CollectiveKind k, uint64_t s, uint64_t b, OnDone d) : kind(k), seq(s), bytes(b), on_done(std::move(d)) {}
+  void wait() override {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return finished_; });  // the watchdog finishes every handle within the timeout
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool done() override {
+    std::lock_guard<std::mutex> l(mu_);
+    return finished_;
+  }
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(mu_);
+    error_ = std::move(e);
+    finished_ = true;
+    cv_.notify_all();
+  }
+
+  const CollectiveKind kind;
+  const uint64_t seq;
+  const uint64_t bytes;  // ring-equivalent payload per rank
+  OnDone on_done;
+  cudaEvent_t event = nullptr;  // recorded on the comm stream after the collective
+  std::chrono::steady_clock::time_point issued;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const RankEnv& env, const CommOptions& opts, StoreClient* store, std::shared_ptr<void> keep_alive)
+      : rank_(env.rank), nranks_(env.world_size), opts_(opts), keep_alive_(std::move(keep_alive)) {
+    dev_ = nccl_device_for(env, opts);
+    try {
+      start(store);
+    } catch (const Error& e) {
+      abort_comm();
+      free_cuda();
+      throw Error(strfmt("comm nccl: rank %d: %s", rank_, e.what()));
+    }
+    watchdog_ = std::thread([this] { watchdog_main(); });
+  }
+
+  ~NcclCommunicator() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    if (watchdog_.joinable()) watchdog_.join();  // returns once every handle finished or failed
+    (void)cudaSetDevice(dev_);
+    if (comm_ != nullptr) {
+      bool finalized = false;
+      if (broken_.empty() && std::uncaught_exceptions() == 0) {
+        try {
+          nccl("ncclCommFinalize", ncclCommFinalize(comm_));
+          finalized = ncclCommDestroy(comm_) == ncclSuccess;
+          if (finalized) comm_ = nullptr;
+        } catch (const std::exception&) {
+        }
+      }
+      if (!finalized) abort_comm();
+    }
+    free_cuda();
+  }
+
+ private:
+  // The comm stream, events, the barrier word and NCCL's communicator (id through the store).
+  void start(StoreClient* store) {
+    cuda("cudaSetDevice", cudaSetDevice(dev_));
+    in_stream_ = static_cast<cudaStream_t>(opts_.cuda_stream);
+    cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&in_event_, cudaEventDisableTiming));
+    cuda("cudaMalloc(barrier word)", cudaMalloc(&barrier_word_, sizeof(float)));
+
+    auto make_id = [this] {
+      ncclUniqueId id;
+      nccl("ncclGetUniqueId", ncclGetUniqueId(&id));
+      NcclIdBytes b;
+      std::memcpy(b.data(), &id, sizeof id);
+      return b;
+    };
+    NcclIdBytes idb = nranks_ == 1 || store == nullptr ? make_id() : share_nccl_id(*store, rank_, make_id);
+    ncclUniqueId id;
+    std::memcpy(&id, idb.data(), sizeof id);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // every call returns at once; settle() bounds the wait
+    nccl("ncclCommInitRankConfig", ncclCommInitRankConfig(&comm_, nranks_, id, rank_, &config));
+  }
+  void free_cuda() {
+    if (scratch_ != nullptr) (void)cudaFreeAsync(scratch_, stream_);
+    if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
+    if (in_event_ != nullptr) (void)cudaEventDestroy(in_event_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    scratch_ = barrier_word_ = nullptr;
+    in_event_ = nullptr;
+    stream_ = nullptr;
+  }
+
+ public:
+  int rank() const override { return rank_; }
+  int size() const override { return nranks_; }
+  std::string transport_name() const override { return "nccl"; }
+
+  void all_reduce(void* buf, size_t count, DType dt, ReduceOp op) override {
+    all_reduce_async(buf, count, dt, op, {})->wait();
+  }
+  void reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op) override {
+    reduce_scatter_async(in, out, count, dt, op, {})->wait();
+  }
+  void all_gather(const void* shard, void* out, size_t count, DType dt) override {
+    all_gather_async(shard, out, count, dt, {})->wait();
+  }
+  void broadcast(void* buf, size_t count, DType dt, int root) override {
+    broadcast_async(buf, count, dt, root, {})->wait();
+  }
+  void barrier() override {
+    issue(CollectiveKind::barrier, 0, {}, [&] {
+      nccl("ncclAllReduce", ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_));
+    })->wait();
+  }
+
+  WorkHandle all_reduce_async(void* buf, size_t count, DType dt, ReduceOp op, OnDone on_done) override {
+    check_device(buf, count, "all_reduce", "buf");
+    return issue(CollectiveKind::all_reduce, 2 * phase_bytes(count, dt), std::move(on_done), [&] {
+      if (count == 0) return;
+      nccl("ncclAllReduce", ncclAllReduce(buf, buf, count, nccl_type(dt), ncclSum, comm_, stream_));
+      if (op == ReduceOp::avg) comm_cuda::divide_by(buf, count, dt, nranks_, stream_);
+    });
+  }
+
+  // NCCL's ReduceScatter gives every rank S = ceil(count/N) elements of an N*S input. When
+  // N divides count that is shard_of's layout and runs in place or straight into out;
+  // otherwise the input is copied into a zero-padded N*S scratch first.
+  WorkHandle reduce_scatter_async(const void* in, void* out, size_t count, DType dt, ReduceOp op,
+                                  OnDone on_done) override {
+    const ShardRange mine = shard_of(count, nranks_, rank_);
+    check_device(in, count, "reduce_scatter", "in");
+    check_device(out, mine.count, "reduce_scatter", "out");
+    return issue(CollectiveKind::reduce_scatter, phase_bytes(count, dt), std::move(on_done), [&] {
+      if (count == 0) return;
+      const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
+      if (S * nranks_ == count) {
+        nccl("ncclReduceScatter", ncclReduceScatter(in, out, S, nccl_type(dt), ncclSum, comm_, stream_));
+      } else {
+        char* pad = static_cast<char*>(scratch(S * nranks_ * esz));
+        cuda("cudaMemcpyAsync", cudaMemcpyAsync(pad, in, count * esz, cudaMemcpyDeviceToDevice, stream_));
+        cuda("cudaMemsetAsync", cudaMemsetAsync(pad + count * esz, 0, (S * nranks_ - count) * esz, stream_));
+        char* my_part = pad + rank_ * S * esz;
+        nccl("ncclReduceScatter", ncclReduceScatter(pad, my_part, S, nccl_type(dt), ncclSum, comm_, stream_));
+        if (mine.count > 0)
+          cuda("cudaMemcpyAsync", cudaMemcpyAsync(out, my_part, mine.count * esz, cudaMemcpyDeviceToDevice, stream_));
+      }
+      if (op == ReduceOp::avg) comm_cuda::divide_by(out, mine.count, dt, nranks_, stream_);
+    });
+  }
+
+  WorkHandle all_gather_async(const void* shard, void* out, size_t count, DType dt, OnDone on_done) override {
+    const ShardRange mine = shard_of(count, nranks_, rank_);
+    check_device(shard, mine.count, "all_gather", "shard");
+    check_device(out, count, "all_gather", "out");
+    return issue(CollectiveKind::all_gather, phase_bytes(count, dt), std::move(on_done), [&] {
+      if (count == 0) return;
+      const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
+      if (S * nranks_ == count) {
+        nccl("ncclAllGather", ncclAllGather(shard, out, S, nccl_type(dt), comm_, stream_));
+      } else {
+        char* pad = static_cast<char*>(scratch(S * nranks_ * esz));
+        char* my_part = pad + rank_ * S * esz;
+        if (mine.count > 0)
+          cuda("cudaMemcpyAsync", cudaMemcpyAsync(my_part, shard, mine.count * esz, cudaMemcpyDeviceToDevice, stream_));
+        nccl("ncclAllGather", ncclAllGather(my_part, pad, S, nccl_type(dt), comm_, stream_));
+        cuda("cudaMemcpyAsync", cudaMemcpyAsync(out, pad, count * esz, cudaMemcpyDeviceToDevice, stream_));
+      }
+    });
+  }
+
+  WorkHandle broadcast_async(void* buf, size_t count, DType dt, int root, OnDone on_done) override {
+    RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
+    check_device(buf, count, "broadcast", "buf");
+    const uint64_t bytes = rank_ == root ? 0 : static_cast<uint64_t>(count) * dtype_size(dt);
+    return issue(CollectiveKind::broadcast, bytes, std::move(on_done), [&] {
+      if (count == 0) return;
+      nccl("ncclBroadcast", ncclBroadcast(buf, buf, count, nccl_type(dt), root, comm_, stream_));
+    });
+  }
+
+  const CommStats& stats() const override { return stats_; }
+  void reset_stats() override { stats_.reset(); }
+
+ private:
+  // ---- checks: every CUDA and NCCL result, named with this rank ----
+  void cuda(const char* what, cudaError_t e) const {
+    if (e != cudaSuccess) throw Error(strfmt("%s failed: %s", what, cudaGetErrorString(e)));
+  }
+  // A non-blocking communicator may answer ncclInProgress: the call is not finished (for a
+  // collective: not yet on the stream) until the async state turns to success, so it is
+  // settled before anything else goes on the stream or to NCCL.
+  void nccl(const char* what, ncclResult_t r) {
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) return settle(what);
+    const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
+    throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(r),
+                       last != nullptr && *last != 0 ? ": " : "", last != nullptr ? last : ""));
+  }
+  // Waits, bounded by the timeout, until the non-blocking communicator has no call in
+  // progress (init, an enqueue that is still connecting, finalize).
+  void settle(const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_s);
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
+      if (q != ncclSuccess) st = q;
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) {
+        const char* last = ncclGetLastError(comm_);
+        throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(st), last != nullptr && *last != 0 ? ": " : "",
+                           last != nullptr ? last : ""));
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw Error(strfmt("%s still in progress after %.0f s (a peer is gone or not started; raise "
+                           "--comm-timeout or RINGZERO_COMM_TIMEOUT if it is just slow)",
+                           what, opts_.timeout_s));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  void abort_comm() {
+    if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  void check_device(const void* p, size_t n, const char* op, const char* name) const {
+    if (n == 0) return;
+    RZ_CHECK(p != nullptr, "%s: %s is null but %zu elements were asked for", op, name, n);
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, p);
+    RZ_CHECK(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged),
+             "comm nccl: rank %d: %s: %s is not device memory (the nccl backend works on GPU buffers: --device cuda)",
+             rank_, op, name);
+  }
+  uint64_t phase_bytes(size_t count, DType dt) const {
+    return static_cast<uint64_t>(count - shard_of(count, nranks_, rank_).count) * dtype_size(dt);
+  }
+  // Grow-only device scratch, used on the comm stream only; allocated and freed in stream
+  // order (cudaMallocAsync / cudaFreeAsync), so growing never waits for queued work.
+  void* scratch(size_t bytes) {
+    if (bytes <= scratch_bytes_) return scratch_;
+    if (scratch_ != nullptr) {
+      cuda("cudaFreeAsync(scratch)", cudaFreeAsync(scratch_, stream_));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
+    cuda("cudaMallocAsync(scratch)", cudaMallocAsync(&scratch_, bytes, stream_));
+    scratch_bytes_ = bytes;
+    return scratch_;
+  }
+
+  // Enqueues one collective on the comm stream after the input stream's work, and returns
+  // its handle; the watchdog completes it. An error while enqueueing breaks the communicator.
+  template <typename Enqueue>
+  WorkHandle issue(CollectiveKind kind, uint64_t bytes, OnDone on_done, Enqueue&& enqueue) {
+    std::unique_lock<std::mutex> l(mu_);
+    RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
+    auto work = std::make_shared<NcclWork>(kind, ++seq_, bytes, std::move(on_done));
+    try {
+      cuda("cudaSetDevice", cudaSetDevice(dev_));
+      cuda("cudaEventRecord(input stream)", cudaEventRecord(in_event_, in_stream_));
+      cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, in_event_, 0));
+      enqueue();
+      cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&work->event, cudaEventDisableTiming));
+      cuda("cudaEventRecord(comm stream)", cudaEventRecord(work->event, stream_));
+    } catch (const Error& e) {
+      if (work->event != nullptr) (void)cudaEventDestroy(work->event);
+      break_locked(*work, e.what());
+      throw Error(broken_);
+    }
+    work->issued = std::chrono::steady_clock::now();
+    if (pending_.empty()) front_since_ = work->issued;
+    pending_.push_back(work);
+    cv_.notify_all();
+    return work;
+  }
+
+  // The first error: abort NCCL (so the peers' collectives fail too) and fail every
+  // pending handle with one message naming this rank.
+  void break_locked(const NcclWork& at, const std::string& what) {
+    if (broken_.empty())
+      broken_ = strfmt("rank %d: %s #%llu (nccl): %s", rank_, collective_name(at.kind),
+                       static_cast<unsigned long long>(at.seq), what.c_str());
+    abort_comm();
+    for (auto& w : pending_) {
+      if (w->event != nullptr) (void)cudaEventDestroy(w->event);
+      w->finish(std::make_exception_ptr(Error(broken_)));
+    }
+    pending_.clear();
+  }
+
+  // Completes handles in issue order; aborts on an NCCL error or a handle past the timeout.
+  void watchdog_main() {
+    (void)cudaSetDevice(dev_);
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      if (pending_.empty()) {
+        if (stop_) return;
+        cv_.wait(l, [&] { return stop_ || !pending_.empty(); });
+        continue;
+      }
+      std::shared_ptr<NcclWork> w = pending_.front();
+      const cudaError_t q = cudaEventQuery(w->event);
+      if (q == cudaSuccess) {
+        pending_.pop_front();
+        const auto now = std::chrono::steady_clock::now();
+        front_since_ = now;
+        CommCounters& c = stats_.by_kind[static_cast<int>(w->kind)];
+        c.calls += 1;
+        c.bytes_sent += w->bytes;
+        c.bytes_recv += w->bytes;
+        c.seconds += std::chrono::duration<double>(now - w->issued).count();
+        (void)cudaEventDestroy(w->event);
+        l.unlock();
+        std::exception_ptr err;
+        try {
+          if (w->on_done) w->on_done();
+        } catch (...) {
+          err = std::current_exception();
+        }
+        w->finish(err);
+        l.lock();
+        continue;
+      }
+      std::string fault;
+      if (q != cudaErrorNotReady) {
+        fault = strfmt("the comm stream failed: %s", cudaGetErrorString(q));
+      } else {
+        ncclResult_t st = ncclSuccess;
+        const ncclResult_t r = ncclCommGetAsyncError(comm_, &st);
+        if (r != ncclSuccess) st = r;
+        if (st != ncclSuccess && st != ncclInProgress) {
+          const char* last = ncclGetLastError(comm_);
+          fault = strfmt("NCCL reported %s%s%s", ncclGetErrorString(st), last != nullptr && *last != 0 ? ": " : "",
+                         last != nullptr ? last : "");
+        } else if (std::chrono::steady_clock::now() - front_since_ >
+                   std::chrono::duration<double>(opts_.timeout_s)) {
+          fault = strfmt("timed out after %.0f s waiting for the other ranks (a peer died or stopped; raise "
+                         "--comm-timeout or RINGZERO_COMM_TIMEOUT if a rank is just slow)",
+                         opts_.timeout_s);
+        }
+      }
+      if (!fault.empty()) {
+        break_locked(*w, fault);
+        continue;
+      }
+      cv_.wait_for(l, std::chrono::microseconds(100));
+    }
+  }
+
+  int rank_, nranks_;
+  int dev_ = 0;
+  CommOptions opts_;
+  std::shared_ptr<void> keep_alive_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;     // the comm stream (non-blocking)
+  cudaStream_t in_stream_ = nullptr;  // where inputs are produced (null: legacy default stream)
+  cudaEvent_t in_event_ = nullptr;
+  void* barrier_word_ = nullptr;      // (1) float on the device
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  CommStats stats_;
+  uint64_t seq_ = 0;
+  std::string broken_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<NcclWork>> pending_;
+  std::chrono::steady_clock::time_point front_since_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, const CommOptions& options, StoreClient* store,
+                                                     std::shared_ptr<void> keep_alive) {
+  CommOptions opts = resolve_comm_options(options);
+  return std::make_unique<NcclCommunicator>(env, opts, store, std::move(keep_alive));
+}
+
+}  // namespace rz
