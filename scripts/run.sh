@@ -24,7 +24,7 @@ build/ringzero train configs/tiny.toml --nproc-per-node 2 --strategy zero2 \
 
 # The pictures: the loss curve, and what each rank holds -- the estimate for configs/tiny.toml's
 # model (every strategy, N = 1, 2, 4, 8) beside what this run measured.
-build/ringzero memory --layers 4 --channels 128 --heads 4 --vocab 257 --seq 128 --batch 8 --bucket-mb 0.25 \
+build/ringzero memory --layers 4 --channels 128 --heads 4 --vocab 257 --seq 64 --batch 16 --bucket-mb 0.25 \
   --precision fp32 --nranks 1 --nranks 2 --nranks 4 --nranks 8 --json > "$runs/memory-estimate.json"
 build/ringzero plot loss --metrics "$runs/metrics.jsonl" --label "configs/tiny.toml, zero2, 2 ranks${*:+ $*}" \
   --out "$runs/loss.png" >/dev/null

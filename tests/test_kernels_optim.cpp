@@ -1,6 +1,8 @@
 // AdamW, global-norm sum of squares and bf16 conversion: known answers.
 #include <catch2/catch.hpp>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -69,6 +71,70 @@ TEST_CASE("adamw: bf16 params receive the rounded master; bf16 and fp32 grads", 
   }
   auto no_master = [&] { adamw_update<bf16, bf16>(p.data(), nullptr, m.data(), v.data(), gb.data(), n, s); };
   CHECK_THROWS_AS(no_master(), Error);
+}
+
+TEST_CASE("adamw: bitwise the same for any range split and thread count", "[kernels][adamw]") {
+  // Vector lanes and the scalar remainder must agree bit for bit: ZeRO shards start at
+  // any offset and threads split the range, so an element lands in either path.
+  const size_t n = (1 << 16) + 37;  // above the parallel threshold, not a multiple of 8
+  std::vector<float> w0(n), m0(n), v0(n), g(n);
+  std::vector<bf16> gb(n);
+  for (size_t i = 0; i < n; ++i) {
+    w0[i] = float(0.02 * std::sin(0.37 * double(i)));
+    m0[i] = float(1e-3 * std::cos(0.11 * double(i)));
+    v0[i] = float(1e-6 * (1.5 + std::sin(0.05 * double(i))));
+    g[i] = float(0.01 * std::sin(1.3 * double(i) + 0.2));
+    gb[i] = float_to_bf16(g[i]);
+  }
+  w0[5] = std::nanf("");  // NaN stays NaN in both paths (and bf16 keeps it quiet)
+  AdamWStep s;
+  s.lr = 3e-3f;
+  s.weight_decay = 0.1f;
+  s.grad_scale = 0.7f;
+  s.t = 3;
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  const int saved_threads = omp_get_max_threads();
+  // the whole range on 1 and 2 threads
+  omp_set_num_threads(1);
+  std::vector<float> w1 = w0, m1 = m0, v1 = v0;
+  adamw_update<float, float>(w1.data(), nullptr, m1.data(), v1.data(), g.data(), n, s);
+  omp_set_num_threads(2);
+  std::vector<float> w2 = w0, m2 = m0, v2 = v0;
+  adamw_update<float, float>(w2.data(), nullptr, m2.data(), v2.data(), g.data(), n, s);
+  omp_set_num_threads(saved_threads);
+  CHECK(same_bits(w1, w2));
+  CHECK(same_bits(m1, m2));
+  CHECK(same_bits(v1, v2));
+  // odd-sized pieces at odd offsets: every element's lane position changes
+  std::vector<float> w3 = w0, m3 = m0, v3 = v0;
+  for (size_t begin = 0, len = 1; begin < n; begin += len, len = len * 3 + 2) {
+    const size_t k = std::min(len, n - begin);
+    adamw_update<float, float>(w3.data() + begin, nullptr, m3.data() + begin, v3.data() + begin, g.data() + begin, k, s);
+  }
+  CHECK(same_bits(w1, w3));
+  CHECK(same_bits(m1, m3));
+  CHECK(same_bits(v1, v3));
+  // the bf16 cases: master as fp32 above, parameters rounded from it, whatever the split
+  std::vector<float> master = w0, mb = m0, vb = v0, master2 = w0, mb2 = m0, vb2 = v0;
+  std::vector<bf16> p(n), p2(n);
+  adamw_update<bf16, bf16>(p.data(), master.data(), mb.data(), vb.data(), gb.data(), n, s);
+  for (size_t begin = 0; begin < n; begin += 13)
+    adamw_update<bf16, bf16>(p2.data() + begin, master2.data() + begin, mb2.data() + begin, vb2.data() + begin,
+                             gb.data() + begin, std::min<size_t>(13, n - begin), s);
+  CHECK(same_bits(master, master2));
+  for (size_t i = 0; i < n; ++i) {
+    REQUIRE(p[i].bits == float_to_bf16(master[i]).bits);
+    REQUIRE(p2[i].bits == p[i].bits);
+  }
+  CHECK(std::isnan(w1[5]));
+  CHECK(std::isnan(bf16_to_float(p[5])));
+  // and the values are AdamW's: fp64 by the formula from the same state
+  std::vector<double> rw(w0.begin(), w0.end()), rm(m0.begin(), m0.end()), rv(v0.begin(), v0.end()), rg(g.begin(), g.end());
+  adamw_ref(rw, rm, rv, rg, s);
+  for (size_t i = 0; i < n; ++i)
+    if (i != 5) REQUIRE(w1[i] == Approx(rw[i]).margin(1e-7).epsilon(1e-5));
 }
 
 TEST_CASE("sum_squares: known sums, bitwise reproducible", "[kernels][norm]") {
