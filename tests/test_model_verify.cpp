@@ -142,6 +142,13 @@ TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sam
   CHECK(greedy.status == 0);
   CHECK(run_ringzero(base + " --temperature -1").status != 0);
   CHECK(run_ringzero("sample --model " + dir.file("none.bin") + " --prompt x").status == 1);
+  // --window: each forward sees only the last W tokens (25 > 8, so the contexts differ).
+  Result narrow = run_ringzero(base + " --seed 3 --top-k 40 --window 8");
+  CHECK(narrow.status == 0);
+  CHECK(narrow.output != a.output);
+  Result wide = run_ringzero(base + " --window 65");
+  CHECK(wide.status == 1);
+  CHECK(wide.output.find("--window 65: the model") != std::string::npos);
 }
 
 TEST_CASE("ringzero bench-step benches a training config's shape and splits the step by kernel", "[bench]") {

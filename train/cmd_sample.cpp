@@ -22,6 +22,7 @@ int run_sample(int argc, char** argv) {
   int n_tokens = 64, top_k = 0;
   float temperature = 1.0f;
   uint64_t seed = 1337;
+  int window = 0;
   CLI::App app{
       "Generate text from a model: encode --prompt (an empty prompt starts from the end-of-text\n"
       "token), then draw --tokens tokens one at a time, each from the softmax of the last position's\n"
@@ -38,6 +39,9 @@ int run_sample(int argc, char** argv) {
   app.add_option("--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "random seed")->capture_default_str();
+  app.add_option("--window", window,
+                 "context of each forward, in tokens (0: the model's maxT); use the seq it was trained at")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda or cuda:K")->capture_default_str();
   try {
@@ -59,7 +63,9 @@ int run_sample(int argc, char** argv) {
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   SampleRng rng{seed};
-  generate_tokens(model, std::move(tokens), n_tokens, mf.cfg.max_seq_len, tok->vocab_size(), temperature, top_k, rng,
+  RZ_CHECK(window <= mf.cfg.max_seq_len, "--window %d: the model %s has only %d positions (maxT)", window,
+           model_path.c_str(), mf.cfg.max_seq_len);
+  generate_tokens(model, std::move(tokens), n_tokens, window > 0 ? window : mf.cfg.max_seq_len, tok->vocab_size(), temperature, top_k, rng,
                   [&](int next) {
                     std::fputs(tok->decode_token(next).c_str(), stdout);
                     std::fflush(stdout);
