@@ -199,7 +199,8 @@ GPT2Config config_model_shape(const TrainConfig& tc) {
 }
 
 int run_bench_step(int argc, char** argv) {
-  std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu";
+  std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu",
+              attention_s = "materialized";
   int B = 4, T = 64, warmup = 1, steps = 3, layers = 0, channels = 0, heads = 0, vocab = 0, max_seq = 0;
   bool ops = false;
   CLI::App app{
@@ -227,6 +228,8 @@ int run_bench_step(int argc, char** argv) {
   app.add_option("--device", device_s, "cpu, cuda or cuda:K")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--attention", attention_s, "materialized or flash (what attention keeps for backward)")
+      ->check(CLI::IsMember(attention_names()))->capture_default_str();
   app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
   try {
     app.parse(argc, argv);
@@ -234,6 +237,8 @@ int run_bench_step(int argc, char** argv) {
     return app.exit(e);
   }
   const Device device = parse_device(device_s);
+  RZ_CHECK(!ops || attention_s == "materialized",
+           "--ops: the kernel split replays the materialized attention only (drop --ops or --attention flash)");
   RZ_CHECK(!ops || device.is_cpu(), "--ops: the kernel split is measured on the CPU only (drop --ops or use --device cpu)");
   GPT2Config cfg = model_preset(preset);
   if (!config_path.empty()) {
@@ -273,7 +278,9 @@ int run_bench_step(int argc, char** argv) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
     for (Precision prec : precisions) {
-      GPT2 model(cfg, ModelOptions{prec, false, device});
+      ModelOptions mo{prec, false, device};
+      mo.attention = parse_attention(attention_s);
+      GPT2 model(cfg, mo);
       model.init_random(1);
       const double gemm_s = prec == Precision::fp32 ? time_gemms<float>(model.backend(), cfg, B * T, 3)
                                                     : time_gemms<bf16>(model.backend(), cfg, B * T, 3);
