@@ -7,6 +7,24 @@
 
 namespace rz {
 
+void FinishableWork::wait() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return finished_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool FinishableWork::done() {
+  std::lock_guard<std::mutex> l(mu_);
+  return finished_;
+}
+
+void FinishableWork::finish(std::exception_ptr error) {
+  std::lock_guard<std::mutex> l(mu_);
+  error_ = std::move(error);
+  finished_ = true;
+  cv_.notify_all();
+}
+
 size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : 4; }
 
 const char* dtype_name(DType t) { return t == DType::bf16 ? "bf16" : "fp32"; }

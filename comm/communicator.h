@@ -14,10 +14,13 @@
 // becomes an rz::Error naming the peer rank and the collective, never a hang.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace rz {
@@ -64,6 +67,22 @@ class Work {
   virtual bool done() = 0;
 };
 using WorkHandle = std::shared_ptr<Work>;
+
+// The handle every backend returns: finished exactly once, by the thread that ran the
+// collective (the comm thread, or a watchdog), with the collective's error if it failed.
+// wait() blocks until then and rethrows that error.
+class FinishableWork : public Work {
+ public:
+  void wait() override;
+  bool done() override;
+  void finish(std::exception_ptr error);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool finished_ = false;
+  std::exception_ptr error_;
+};
 
 // Runs on the comm thread right after an async collective finished successfully (e.g. to
 // accumulate a reduced shard and release a staging buffer). It must not issue collectives.

@@ -98,30 +98,7 @@ void divide_in_place(void* buf, size_t n, DType dt, int N) {
   }
 }
 
-class MpiWork final : public Work {
- public:
-  void wait() override {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return finished_; });
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool done() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return finished_;
-  }
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> l(mu_);
-    error_ = std::move(e);
-    finished_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool finished_ = false;
-  std::exception_ptr error_;
-};
+using MpiWork = FinishableWork;
 
 // What one collective does: start() posts the non-blocking call into *req; finish() runs
 // after it completed (avg division). bytes: the ring-equivalent payload per rank.

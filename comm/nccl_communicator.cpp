@@ -49,24 +49,10 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) { return t == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
 
-class NcclWork final : public Work {
+// The watchdog finishes every handle within the timeout.
+class NcclWork final : public FinishableWork {
  public:
   NcclWork(CollectiveKind k, uint64_t s, uint64_t b, OnDone d) : kind(k), seq(s), bytes(b), on_done(std::move(d)) {}
-  void wait() override {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return finished_; });  // the watchdog finishes every handle within the timeout
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool done() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return finished_;
-  }
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> l(mu_);
-    error_ = std::move(e);
-    finished_ = true;
-    cv_.notify_all();
-  }
 
   const CollectiveKind kind;
   const uint64_t seq;
@@ -74,12 +60,6 @@ class NcclWork final : public Work {
   OnDone on_done;
   cudaEvent_t event = nullptr;  // recorded on the comm stream after the collective
   std::chrono::steady_clock::time_point issued;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool finished_ = false;
-  std::exception_ptr error_;
 };
 
 class NcclCommunicator final : public Communicator {

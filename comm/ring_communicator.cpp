@@ -11,30 +11,7 @@ namespace rz {
 
 namespace {
 
-class RingWork final : public Work {
- public:
-  void wait() override {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return finished_; });
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool done() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return finished_;
-  }
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> l(mu_);
-    error_ = std::move(e);
-    finished_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool finished_ = false;
-  std::exception_ptr error_;
-};
+using RingWork = FinishableWork;
 
 Fingerprint make_fp(CollectiveKind kind, size_t count, DType dt, int op, int root) {
   Fingerprint fp;

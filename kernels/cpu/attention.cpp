@@ -67,68 +67,25 @@ void scatter_add(E* dst, const A* src, size_t ld, int T, int hs) {
   }
 }
 
-}  // namespace
-
-template <typename E>
-void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) {
+// One implementation for both paths. The materialised path keeps a (T, T) probability
+// matrix per thread and copies it into att (saved for backward); the flash path keeps
+// only a (kRowBlock, T) block, saves each row's log-sum-exp and, in backward, recomputes
+// the block's probabilities from it. Row block [r0, r1) needs keys [0, r1) only, so a
+// block holds every probability of its rows. Both run the same products on the same
+// layouts (row stride T), so the forward outputs are bitwise equal.
+template <typename E, bool kFlash>
+void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C, int NH) {
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
   const size_t ld = size_t(3) * C;
-#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
-  {
-    A* base = head_scratch<A>().get(size_t(4) * T * hs + size_t(T) * T);
-    MatMap<A> Q(base, T, hs), K(base + size_t(T) * hs, T, hs), V(base + 2 * size_t(T) * hs, T, hs),
-        O(base + 3 * size_t(T) * hs, T, hs), P(base + 4 * size_t(T) * hs, T, T);
-#pragma omp for schedule(static)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      gather(Q.data(), src, ld, T, hs);
-      gather(K.data(), src + C, ld, T, hs);
-      gather(V.data(), src + 2 * C, ld, T, hs);
-      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
-        P.block(r0, 0, nr, r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
-        for (int t = r0; t < r1; ++t) {
-          auto row = P.row(t).head(t + 1).array();
-          row *= scale;
-          const A maxv = row.maxCoeff();
-          row = (row - maxv).exp();
-          row *= A(1) / row.sum();
-        }
-        // Within the block, row t's columns t+1 .. r1-1 hold scores: zero them before P V.
-        for (int t = r0; t < r1 - 1; ++t) P.row(t).segment(t + 1, r1 - 1 - t).setZero();
-        O.middleRows(r0, nr).noalias() = P.block(r0, 0, nr, r1) * V.topRows(r1);
-      }
-      E* a = att + size_t(bh) * T * T;
-      for (int t = 0; t < T; ++t) {
-        const A* p = P.data() + size_t(t) * T;
-        E* at = a + size_t(t) * T;
-        for (int t2 = 0; t2 <= t; ++t2) at[t2] = store<E>(p[t2]);
-        for (int t2 = t + 1; t2 < T; ++t2) at[t2] = store<E>(A(0));
-      }
-      E* o = out + size_t(b) * T * C + size_t(h) * hs;
-      for (int t = 0; t < T; ++t)
-        for (int i = 0; i < hs; ++i) o[size_t(t) * C + i] = store<E>(O(t, i));
-    }
-  }
-}
-
-template <typename E>
-void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C,
-                        int NH) {
-  using A = acc_t<E>;
-  const int hs = C / NH;
-  const A scale = A(1) / std::sqrt(A(hs));
-  const size_t ld = size_t(3) * C;
+  const size_t prows = kFlash ? size_t(kRowBlock) : size_t(T);
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
     const size_t th = size_t(T) * hs;
-    A* base = head_scratch<A>().get(7 * th + 2 * size_t(T) * T);
-    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), dO(base + 3 * th, T, hs),
-        dQ(base + 4 * th, T, hs), dK(base + 5 * th, T, hs), dV(base + 6 * th, T, hs),
-        P(base + 7 * th, T, T), dP(base + 7 * th + size_t(T) * T, T, T);
+    A* base = head_scratch<A>().get(4 * th + prows * T);
+    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), O(base + 3 * th, T, hs);
+    A* P = base + 4 * th;
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
@@ -136,77 +93,31 @@ void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int 
       gather(Q.data(), src, ld, T, hs);
       gather(K.data(), src + C, ld, T, hs);
       gather(V.data(), src + 2 * C, ld, T, hs);
-      gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
-      const E* a = att + size_t(bh) * T * T;
-      for (int t = 0; t < T; ++t) {
-        const E* at = a + size_t(t) * T;
-        A* p = P.data() + size_t(t) * T;
-        // Row t's columns past t are zero in att; P keeps them zero up to the block edge.
-        const int end = std::min(T, (t / kRowBlock + 1) * kRowBlock);
-        for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
-      }
-      dV.setZero();
-      dK.setZero();
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
-        auto Pb = P.block(r0, 0, nr, r1);
-        auto dPb = dP.block(r0, 0, nr, r1);
-        dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
-        dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
-        // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
+        MatMap<A> Pb(kFlash ? P : P + size_t(r0) * T, nr, T);  // rows r0 .. r1-1
+        Pb.leftCols(r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
         for (int t = r0; t < r1; ++t) {
-          const A dot = P.row(t).head(r1).dot(dP.row(t).head(r1));
-          dP.row(t).head(r1).array() = P.row(t).head(r1).array() * (dP.row(t).head(r1).array() - dot) * scale;
-        }
-        dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
-        dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
-      }
-      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
-      scatter_add(dst, dQ.data(), ld, T, hs);
-      scatter_add(dst + C, dK.data(), ld, T, hs);
-      scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
-    }
-  }
-}
-
-// --- flash-style: the loops above with a (kRowBlock, T) probability block per thread.
-// Row block [r0, r1) needs keys [0, r1) only, so the block holds every probability of its
-// rows: the softmax and its backward's row sums need nothing from other blocks.
-
-template <typename E>
-void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) {
-  using A = acc_t<E>;
-  const int hs = C / NH;
-  const A scale = A(1) / std::sqrt(A(hs));
-  const size_t ld = size_t(3) * C;
-#pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
-  {
-    const size_t th = size_t(T) * hs;
-    A* base = head_scratch<A>().get(4 * th + size_t(kRowBlock) * T);
-    MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), O(base + 3 * th, T, hs),
-        P(base + 4 * th, kRowBlock, T);
-#pragma omp for schedule(static)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      gather(Q.data(), src, ld, T, hs);
-      gather(K.data(), src + C, ld, T, hs);
-      gather(V.data(), src + 2 * C, ld, T, hs);
-      float* l = lse + size_t(bh) * T;
-      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
-        P.block(0, 0, nr, r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
-        for (int t = r0; t < r1; ++t) {
-          auto row = P.row(t - r0).head(t + 1).array();
+          auto row = Pb.row(t - r0).head(t + 1).array();
           row *= scale;
           const A maxv = row.maxCoeff();
           row = (row - maxv).exp();
           const A sum = row.sum();
           row *= A(1) / sum;
-          l[t] = float(maxv + std::log(sum));
-          P.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+          if constexpr (kFlash) lse[size_t(bh) * T + t] = float(maxv + std::log(sum));
+          // Row t's columns t+1 .. r1-1 hold scores: zero them before P V.
+          Pb.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
         }
-        O.middleRows(r0, nr).noalias() = P.block(0, 0, nr, r1) * V.topRows(r1);
+        O.middleRows(r0, nr).noalias() = Pb.leftCols(r1) * V.topRows(r1);
+      }
+      if constexpr (!kFlash) {
+        E* a = att + size_t(bh) * T * T;
+        for (int t = 0; t < T; ++t) {
+          const A* p = P + size_t(t) * T;
+          E* at = a + size_t(t) * T;
+          for (int t2 = 0; t2 <= t; ++t2) at[t2] = store<E>(p[t2]);
+          for (int t2 = t + 1; t2 < T; ++t2) at[t2] = store<E>(A(0));
+        }
       }
       E* o = out + size_t(b) * T * C + size_t(h) * hs;
       for (int t = 0; t < T; ++t)
@@ -215,20 +126,22 @@ void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int
   }
 }
 
-template <typename E>
-void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
-                              int NH) {
+template <typename E, bool kFlash>
+void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const float* lse, int B, int T, int C,
+                   int NH) {
   using A = acc_t<E>;
   const int hs = C / NH;
   const A scale = A(1) / std::sqrt(A(hs));
   const size_t ld = size_t(3) * C;
+  const size_t prows = kFlash ? size_t(kRowBlock) : size_t(T);
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
     const size_t th = size_t(T) * hs;
-    A* base = head_scratch<A>().get(7 * th + 2 * size_t(kRowBlock) * T);
+    A* base = head_scratch<A>().get(7 * th + 2 * prows * T);
     MatMap<A> Q(base, T, hs), K(base + th, T, hs), V(base + 2 * th, T, hs), dO(base + 3 * th, T, hs),
-        dQ(base + 4 * th, T, hs), dK(base + 5 * th, T, hs), dV(base + 6 * th, T, hs),
-        P(base + 7 * th, kRowBlock, T), dP(base + 7 * th + size_t(kRowBlock) * T, kRowBlock, T);
+        dQ(base + 4 * th, T, hs), dK(base + 5 * th, T, hs), dV(base + 6 * th, T, hs);
+    A* P = base + 7 * th;
+    A* dP = P + prows * T;
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
@@ -237,24 +150,38 @@ void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float*
       gather(K.data(), src + C, ld, T, hs);
       gather(V.data(), src + 2 * C, ld, T, hs);
       gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
-      const float* l = lse + size_t(bh) * T;
+      if constexpr (!kFlash) {
+        const E* a = att + size_t(bh) * T * T;
+        for (int t = 0; t < T; ++t) {
+          const E* at = a + size_t(t) * T;
+          A* p = P + size_t(t) * T;
+          // Row t's columns past t are zero in att; P keeps them zero up to the block edge.
+          const int end = std::min(T, (t / kRowBlock + 1) * kRowBlock);
+          for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
+        }
+      }
       dV.setZero();
       dK.setZero();
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
-        auto Pb = P.block(0, 0, nr, r1);
-        auto dPb = dP.block(0, 0, nr, r1);
-        Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
-        for (int t = r0; t < r1; ++t) {
-          auto row = P.row(t - r0).head(t + 1).array();
-          row = (row * scale - A(l[t])).exp();
-          P.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+        const size_t off = kFlash ? 0 : size_t(r0) * T;
+        MatMap<A> Pm(P + off, nr, T), dPm(dP + off, nr, T);
+        auto Pb = Pm.leftCols(r1);
+        auto dPb = dPm.leftCols(r1);
+        if constexpr (kFlash) {  // the block's probabilities again, from the saved lse
+          Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+          for (int t = r0; t < r1; ++t) {
+            auto row = Pm.row(t - r0).head(t + 1).array();
+            row = (row * scale - A(lse[size_t(bh) * T + t])).exp();
+            Pm.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+          }
         }
         dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
         dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
+        // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
         for (int i = 0; i < nr; ++i) {
-          const A dot = P.row(i).head(r1).dot(dP.row(i).head(r1));
-          dP.row(i).head(r1).array() = P.row(i).head(r1).array() * (dP.row(i).head(r1).array() - dot) * scale;
+          const A dot = Pm.row(i).head(r1).dot(dPm.row(i).head(r1));
+          dPm.row(i).head(r1).array() = Pm.row(i).head(r1).array() * (dPm.row(i).head(r1).array() - dot) * scale;
         }
         dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
         dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
@@ -265,6 +192,29 @@ void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float*
       scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
     }
   }
+}
+
+}  // namespace
+
+template <typename E>
+void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) {
+  forward_impl<E, false>(out, att, nullptr, qkv, B, T, C, NH);
+}
+
+template <typename E>
+void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH) {
+  backward_impl<E, false>(dqkv, dout, qkv, att, nullptr, B, T, C, NH);
+}
+
+template <typename E>
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) {
+  forward_impl<E, true>(out, nullptr, lse, qkv, B, T, C, NH);
+}
+
+template <typename E>
+void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
+                              int NH) {
+  backward_impl<E, true>(dqkv, dout, qkv, nullptr, lse, B, T, C, NH);
 }
 
 #define RZ_INSTANTIATE(E)                                                                   \
