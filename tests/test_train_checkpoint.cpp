@@ -157,4 +157,13 @@ TEST_CASE("damaged checkpoints give one-line errors naming the file") {
     std::ofstream((dir / "COMPLETE").string()) << "{ not json";
     CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find((dir / "COMPLETE").string() + ": malformed checkpoint manifest") == 0);
   }
+  SECTION("a manifest whose integers are huge floats or negative (found by fuzzing)") {
+    const std::string complete = (dir / "COMPLETE").string();
+    for (const char* step : {"4e99", "-3", "1.5"}) {
+      std::ofstream(complete) << "{\"format\":\"ringzero-checkpoint\",\"step\":" << step
+                              << ",\"world\":1,\"strategy\":\"ddp\",\"precision\":\"fp32\",\"files\":{}}";
+      CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) ==
+            complete + ": \"step\" is not an integer in [0, 18446744073709551615]");
+    }
+  }
 }

@@ -162,16 +162,23 @@ CheckpointManifest read_manifest(const std::string& dir) {
   std::ifstream in(path);
   RZ_CHECK(in.good(), "%s: cannot open checkpoint manifest", path.c_str());
   CheckpointManifest m;
+  // nlohmann's get<integer>() casts a floating value ("step": 4e99, found by fuzzing), which
+  // is undefined behaviour out of range: integers are read only from JSON integers.
+  auto integer = [&path](const nlohmann::json& v, const char* key, uint64_t max) -> uint64_t {
+    RZ_CHECK(v.is_number_unsigned() && v.get<uint64_t>() <= max, "%s: \"%s\" is not an integer in [0, %llu]",
+             path.c_str(), key, static_cast<unsigned long long>(max));
+    return v.get<uint64_t>();
+  };
   try {
     nlohmann::json j = nlohmann::json::parse(in);
     RZ_CHECK(j.at("format") == "ringzero-checkpoint", "%s: not a ringzero checkpoint manifest", path.c_str());
-    m.step = j.at("step").get<uint64_t>();
-    m.world = j.at("world").get<int>();
+    m.step = integer(j.at("step"), "step", UINT64_MAX);
+    m.world = static_cast<int>(integer(j.at("world"), "world", 65536));
     m.strategy = j.at("strategy").get<std::string>();
     m.precision = j.at("precision").get<std::string>();
     for (auto& [name, f] : j.at("files").items()) {
       const std::string hex = f.at("fnv64").get<std::string>();
-      m.files.push_back({name, {f.at("bytes").get<uint64_t>(), std::stoull(hex, nullptr, 16)}});
+      m.files.push_back({name, {integer(f.at("bytes"), "bytes", UINT64_MAX), std::stoull(hex, nullptr, 16)}});
     }
   } catch (const Error&) {
     throw;
