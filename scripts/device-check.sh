@@ -92,6 +92,11 @@ fi
 BENCH=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --threads 8 --warmup 2 --steps 5)
 if [ $BUILT = 1 ]; then
   run_step "ringzero bench-step B=16" 150 bench-b16.log "$BUILD/ringzero" "${BENCH[@]}" --batch 16
+  # The flash-style attention (warp per row, no (T, T) matrix) at the same shape.
+  if [ "$(elapsed)" -lt 280 ]; then
+    run_step "ringzero bench-step B=16 flash" 120 bench-b16-flash.log "$BUILD/ringzero" "${BENCH[@]}" --batch 16 \
+      --attention flash
+  fi
   if [ "$(elapsed)" -lt 300 ]; then
     run_step "ringzero bench-step B=32" 120 bench-b32.log "$BUILD/ringzero" "${BENCH[@]}" --batch 32
   fi
@@ -123,7 +128,7 @@ echo "|---|---|---:|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "ptxas spills (non-zero): $(wc -l <"$LOGS/ptxas-spills.txt" 2>/dev/null || echo '?') kernels"
-grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b*.log 2>/dev/null | head -n 4
+grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b*.log 2>/dev/null | head -n 6
 grep -h -E "GEMM|torch-step" "$LOGS/torch.log" 2>/dev/null
 grep -h -E "test cases|tests passed|tests failed|Skipped|\*\*\*Failed" "$LOGS/gpu-tests.log" 2>/dev/null | head -n 8
 for f in "$LOGS"/comm-bench-nccl-*.log; do
