@@ -8,7 +8,7 @@
 #   2. every GPU test (CTest label "gpu": the op table against the CPU backend, the whole
 #      model on cuda vs cpu), with RINGZERO_CUDA_SYNC=1 so an error names its kernel;
 #   3. the GPU step benchmark, `ringzero bench-step --device cuda` (GPT-2 d12, bf16,
-#      T=1024, B=16 and, time permitting, 32);
+#      T=1024, B=16, with --attention flash too, and, time permitting, B=32);
 #   4. the PyTorch peer, bench/torch_gpt2_step.py (same shapes, torch.compile, bf16
 #      autocast, fused AdamW), which also measures the bf16 GEMM rate for MFU;
 #   5. `ringzero comm-bench --device cuda --comm nccl` on one rank per GPU (up to 4),
