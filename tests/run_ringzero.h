@@ -2,9 +2,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace rz::test {
@@ -27,6 +29,17 @@ inline BinaryRun run_ringzero(const std::string& args, int timeout_s = 120) {
   const int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
+}
+
+// ARG quoted for the shell (paths may hold spaces).
+inline std::string quote(const std::string& arg) { return "'" + arg + "'"; }
+
+// <temp dir>/<prefix><pid>, emptied and created: a test process's scratch directory.
+inline std::filesystem::path fresh_temp_dir(const std::string& prefix) {
+  const std::filesystem::path d = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
 }
 
 }  // namespace rz::test

@@ -20,7 +20,11 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/run_ringzero.h"
+
 namespace fs = std::filesystem;
+using rz::test::fresh_temp_dir;
+using rz::test::quote;
 
 namespace {
 
@@ -29,7 +33,6 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 Result run(const std::string& args, int timeout_s = 120, const std::string& env = "") {
   const std::string cmd = env + " timeout -k 5 " + std::to_string(timeout_s) + " " + quote(RINGZERO_BINARY) + " " + args + " 2>&1";
@@ -45,12 +48,7 @@ Result run(const std::string& args, int timeout_s = 120, const std::string& env 
 }
 
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("rz_test_train_hostile_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = fresh_temp_dir("rz_test_train_hostile_");
   return dir;
 }
 

@@ -17,19 +17,15 @@
 
 using namespace rz;
 namespace fs = std::filesystem;
+using rz::test::fresh_temp_dir;
+using rz::test::quote;
 using rz::test::run_ringzero;
 
 namespace {
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("rz_test_memory_plan_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = fresh_temp_dir("rz_test_memory_plan_");
   return dir;
 }
 

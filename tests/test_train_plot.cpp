@@ -14,7 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/run_ringzero.h"
+
 namespace fs = std::filesystem;
+using rz::test::fresh_temp_dir;
+using rz::test::quote;
 using nlohmann::json;
 
 namespace {
@@ -24,7 +28,6 @@ struct Result {
   std::string output;
 };
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 Result shell(const std::string& cmd) {
   Result r;
@@ -41,12 +44,7 @@ Result shell(const std::string& cmd) {
 Result run(const std::string& args) { return shell(quote(RINGZERO_BINARY) + " " + args); }
 
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("rz_test_train_plot_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = fresh_temp_dir("rz_test_train_plot_");
   return dir;
 }
 

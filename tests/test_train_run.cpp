@@ -21,21 +21,17 @@
 #include "run_ringzero.h"
 
 namespace fs = std::filesystem;
+using rz::test::fresh_temp_dir;
+using rz::test::quote;
 
 namespace {
 
 using Result = rz::test::BinaryRun;
 using rz::test::run_ringzero;
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 fs::path work_dir() {
-  static fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("rz_test_train_run_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
-  }();
+  static const fs::path dir = fresh_temp_dir("rz_test_train_run_");
   return dir;
 }
 
