@@ -439,16 +439,24 @@ static void check_resident(const ParamGate* gate, const char* what) {
   RZ_CHECK(gate == nullptr, "%s: the parameters are sharded (ZeRO-3); the strategy holds them", what);
 }
 
-void GPT2::get_params_f32(float* out) const {
+void GPT2::get_params_f32(float* out) const { get_params_f32(0, impl_->layout.total, out); }
+
+void GPT2::set_params_f32(const float* in) { set_params_f32(0, impl_->layout.total, in); }
+
+void GPT2::get_params_f32(size_t begin, size_t n, float* out) const {
   check_resident(impl_->gate, "get_params_f32");
-  stored_to_host_f32(*impl_->backend, precision(), out, impl_->params.data(), impl_->layout.total);
+  RZ_CHECK(begin <= impl_->layout.total && n <= impl_->layout.total - begin,
+           "get_params_f32: [%zu, +%zu) outside the %zu parameters", begin, n, impl_->layout.total);
+  const auto* src = static_cast<const unsigned char*>(impl_->params.data()) + begin * precision_bytes(precision());
+  stored_to_host_f32(*impl_->backend, precision(), out, src, n);
 }
 
-void GPT2::set_params_f32(const float* in) {
+void GPT2::set_params_f32(size_t begin, size_t n, const float* in) {
   check_resident(impl_->gate, "set_params_f32");
+  RZ_CHECK(begin <= impl_->layout.total && n <= impl_->layout.total - begin,
+           "set_params_f32: [%zu, +%zu) outside the %zu parameters", begin, n, impl_->layout.total);
   Backend& be = *impl_->backend;
-  const size_t n = impl_->layout.total;
-  void* dst = impl_->params.data();
+  void* dst = static_cast<unsigned char*>(impl_->params.data()) + begin * precision_bytes(precision());
   if (precision() == Precision::fp32) {
     be.copy_from_host(dst, in, n * sizeof(float));
   } else if (be.device().is_cpu()) {

@@ -70,6 +70,10 @@ class GPT2 {
   // Copies to / from an fp32 array in the internal layout (rounds to bf16 in bf16 mode).
   void get_params_f32(float* out) const;
   void set_params_f32(const float* in);
+  // The same for layout elements [begin, begin + n) only (checkpoints stream in chunks; on a
+  // GPU in bf16 mode these use an n-element host staging vector).
+  void get_params_f32(size_t begin, size_t n, float* out) const;
+  void set_params_f32(size_t begin, size_t n, const float* in);
 
   // Reads every parameter through `gate` from now on and releases the model's own
   // parameter buffer (params() is then null, and the *_f32 accessors and init_random

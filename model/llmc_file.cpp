@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -134,10 +135,38 @@ void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal)
 ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
 ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
 
-void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precision precision,
-                      const float* params_internal) {
+struct ModelFileWriter::Impl {
+  GPT2Config cfg;
+  Precision precision;
+  ParamLayout layout;
+  std::vector<size_t> llmc_pos;  // per layout tensor: its first element's index in llm.c's order
+  AtomicFile file;
+  size_t written = 0;
+  std::vector<bf16> raw;  // bf16 rounding buffer (fixed size)
+  Impl(const std::string& path, const GPT2Config& c, Precision p) : cfg(c), precision(p), file(path) {}
+};
+
+ModelFileWriter::ModelFileWriter(const std::string& path, const GPT2Config& cfg_in, Precision precision) {
   GPT2Config cfg = cfg_in;
   finalize_config(cfg);
+  impl_ = std::make_unique<Impl>(path, cfg, precision);
+  Impl& m = *impl_;
+  m.layout = build_param_layout(cfg);
+  // llm.c's order is ParamKind's order with the per-layer tensors of one kind stacked over
+  // layers 0..L-1 (convert_order above).
+  m.llmc_pos.assign(m.layout.tensors.size(), 0);
+  size_t pos = 0;
+  for (int k = 0; k < kNumParamKinds; ++k) {
+    const ParamKind kind = static_cast<ParamKind>(k);
+    const bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
+                           kind != ParamKind::lnfb;
+    for (int l = per_layer ? 0 : -1; l < (per_layer ? cfg.num_layers : 0); ++l) {
+      const ParamTensor& t = m.layout.find(kind, l);
+      m.llmc_pos[static_cast<size_t>(&t - m.layout.tensors.data())] = pos;
+      pos += t.numel;
+    }
+  }
+  RZ_ENFORCE_EQ(pos, m.layout.total);
   int32_t h[256] = {};
   h[0] = kModelMagic;
   h[1] = precision == Precision::fp32 ? kModelVersionFp32 : kModelVersionBf16;
@@ -147,16 +176,54 @@ void write_model_file(const std::string& path, const GPT2Config& cfg_in, Precisi
   h[5] = cfg.num_heads;
   h[6] = cfg.channels;
   h[7] = cfg.padded_vocab_size;
-  const size_t n = num_parameters(cfg);
-  std::vector<float> llmc(n);
-  internal_to_llmc(cfg, params_internal, llmc.data());
-  if (precision == Precision::fp32) {
-    write_file_atomic(path, {{h, sizeof(h)}, {llmc.data(), n * 4}});
-  } else {
-    std::vector<bf16> raw(n);
-    for (size_t i = 0; i < n; ++i) raw[i] = float_to_bf16(llmc[i]);
-    write_file_atomic(path, {{h, sizeof(h)}, {raw.data(), n * 2}});
+  m.file.write(h, sizeof(h));
+}
+
+ModelFileWriter::~ModelFileWriter() = default;
+
+void ModelFileWriter::write(size_t begin, const float* data, size_t n) {
+  Impl& m = *impl_;
+  const auto& ts = m.layout.tensors;
+  RZ_CHECK(begin <= m.layout.total && n <= m.layout.total - begin, "%s: parameters [%zu, +%zu) outside the %zu",
+           m.file.path().c_str(), begin, n, m.layout.total);
+  const size_t esize = precision_bytes(m.precision), end = begin + n;
+  // The first tensor that ends after `begin` (tensors are in offset order).
+  size_t i = static_cast<size_t>(std::upper_bound(ts.begin(), ts.end(), begin, [](size_t off, const ParamTensor& t) {
+                                   return off < t.offset + t.numel;
+                                 }) - ts.begin());
+  for (; i < ts.size() && ts[i].offset < end; ++i) {
+    const size_t a = std::max(begin, ts[i].offset), e = std::min(end, ts[i].offset + ts[i].numel);
+    m.file.seek(1024 + (m.llmc_pos[i] + (a - ts[i].offset)) * esize);
+    const float* src = data + (a - begin);
+    if (m.precision == Precision::fp32) {
+      m.file.write(src, (e - a) * sizeof(float));
+    } else {
+      constexpr size_t kRaw = 1 << 15;
+      if (m.raw.empty()) m.raw.resize(kRaw);
+      for (size_t j = 0; j < e - a; j += kRaw) {
+        const size_t k = std::min(kRaw, e - a - j);
+        for (size_t q = 0; q < k; ++q) m.raw[q] = float_to_bf16(src[j + q]);
+        m.file.write(m.raw.data(), k * sizeof(bf16));
+      }
+    }
   }
+  m.written += n;
+}
+
+void ModelFileWriter::commit() {
+  Impl& m = *impl_;
+  RZ_CHECK(m.written == m.layout.total, "%s: %zu of %zu parameters written", m.file.path().c_str(), m.written,
+           m.layout.total);
+  m.file.commit();
+}
+
+void write_model_file(const std::string& path, const GPT2Config& cfg, Precision precision,
+                      const float* params_internal) {
+  ModelFileWriter w(path, cfg, precision);
+  GPT2Config c = cfg;
+  finalize_config(c);
+  w.write(0, params_internal, num_parameters(c));
+  w.commit();
 }
 
 DebugState read_debug_state(const std::string& path, const GPT2Config& cfg) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,25 @@ ModelFile read_model_header(const std::string& path);
 // params_internal: num_parameters(cfg) floats; rounded to bf16 (RNE) when precision is bf16.
 void write_model_file(const std::string& path, const GPT2Config& cfg, Precision precision,
                       const float* params_internal);
+
+// The same file written a chunk at a time, with no full-size array: write(begin, data, n)
+// takes internal-layout elements [begin, begin + n) in any order and puts each tensor's part
+// at its place in llm.c's order (seek + write; bf16 is rounded through a small fixed
+// buffer). commit() checks that every parameter was written once in all and renames the
+// file into place (atomic, as write_model_file). The bytes are write_model_file's.
+class ModelFileWriter {
+ public:
+  ModelFileWriter(const std::string& path, const GPT2Config& cfg, Precision precision);
+  ~ModelFileWriter();
+  ModelFileWriter(const ModelFileWriter&) = delete;
+  ModelFileWriter& operator=(const ModelFileWriter&) = delete;
+  void write(size_t begin, const float* data, size_t n);
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct DebugState {
   int B = 0, T = 0;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -107,13 +108,32 @@ TEST_CASE("a two-rank checkpoint assembles into full arrays; newest complete one
   CHECK(ck.step == 7);
   CHECK(ck.manifest.world == 2);
   CHECK(ck.manifest.strategy == "zero2");
+  REQUIRE(ck.ranks.size() == 2);
+  CHECK(ck.ranks[1].loader_next_window == 41);
+  CHECK(ck.ranks[1].master.empty());  // the arrays stay in the files until read
+  // Read back as a new rank that needs master values for [2, 9) and owns m, v of [3, 4) and
+  // [6, 8), with 2-float chunks: each chunk read from the file that holds it.
+  std::vector<float> got[3] = {std::vector<float>(10, -1.0f), std::vector<float>(10, -1.0f),
+                               std::vector<float>(10, -1.0f)};
+  std::vector<std::pair<int, uint64_t>> chunks;
+  StateTarget target;
+  target.master_ranges = {{2, 9}};
+  target.moment_ranges = {{6, 8}, {3, 4}};
+  target.chunk_elems = 2;
+  target.put = [&](int array, uint64_t begin, const float* data, size_t n) {
+    CHECK(n <= 2);
+    chunks.emplace_back(array, begin);
+    for (size_t i = 0; i < n; ++i) got[array][begin + i] = data[i];
+  };
+  read_checkpoint_state(ck, target);
   for (int i = 0; i < 10; ++i) {
-    CHECK(ck.master[i] == static_cast<float>(i));
-    CHECK(ck.m[i] == 100.0f + i);
-    CHECK(ck.v[i] == 200.0f + i);
+    CHECK(got[kStateMaster][i] == (i >= 2 && i < 9 ? static_cast<float>(i) : -1.0f));
+    const bool moment = i == 3 || i == 6 || i == 7;
+    CHECK(got[kStateM][i] == (moment ? 100.0f + i : -1.0f));
+    CHECK(got[kStateV][i] == (moment ? 200.0f + i : -1.0f));
   }
-  REQUIRE(ck.loader_only.size() == 2);
-  CHECK(ck.loader_only[1].loader_next_window == 41);
+  // rank 0's file [0, 5): master [2, 4) [4, 5); rank 1's [5, 10): [5, 7) [7, 9).
+  CHECK(std::count_if(chunks.begin(), chunks.end(), [](auto c) { return c.first == kStateMaster; }) == 4);
   prune_checkpoints(save.string(), 1);
   CHECK_FALSE(fs::exists(checkpoint_dir_name(save.string(), 5)));
   CHECK(fs::exists(dir));

@@ -7,10 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "base/check.h"
 #include "base/file.h"
+#include "base/memory.h"
 
 namespace fs = std::filesystem;
 
@@ -35,7 +40,7 @@ uint64_t fnv_update(uint64_t h, const void* data, size_t bytes) {
 uint64_t file_fnv64(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   RZ_CHECK(in.good(), "%s: cannot open checkpoint file", path.c_str());
-  std::vector<char> buf(1 << 20);
+  std::vector<char> buf(1 << 16);
   uint64_t h = kFnvOffset;
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
@@ -50,40 +55,118 @@ std::string checkpoint_dir_name(const std::string& save_dir, uint64_t step) {
 
 std::string rank_state_name(int rank) { return strfmt("rank_%05d.state", rank); }
 
-void write_rank_state(const std::string& path, const RankState& s) {
-  const size_t nfloats = s.master.size();
-  RZ_ENFORCE_EQ(s.m.size(), nfloats);
-  RZ_ENFORCE_EQ(s.v.size(), nfloats);
+uint64_t RankState::nfloats() const {
+  uint64_t n = 0;
+  for (const auto& [b, e] : ranges) n += e - b;
+  return n;
+}
+
+namespace {
+
+// An open file read with pread (positioned reads: the loader seeks to each range).
+class ReadFile {
+ public:
+  ReadFile(const std::string& path, const char* what) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    RZ_CHECK(fd_ >= 0, "%s: cannot open %s: %s", path.c_str(), what, std::strerror(errno));
+    struct stat st;
+    RZ_CHECK(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), "%s: not a regular file", path.c_str());
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~ReadFile() { ::close(fd_); }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  uint64_t size() const { return size_; }
+  void read_at(uint64_t offset, void* dst, size_t bytes) const {
+    char* p = static_cast<char*>(dst);
+    while (bytes > 0) {
+      const ssize_t r = ::pread(fd_, p, bytes, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      RZ_CHECK(r > 0, "%s: short read at byte %llu (the file changed or is truncated)", path_.c_str(),
+               static_cast<unsigned long long>(offset));
+      p += r;
+      offset += static_cast<uint64_t>(r);
+      bytes -= static_cast<size_t>(r);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+constexpr size_t kStreamBytes = size_t{1} << 16;  // checksum streaming buffer
+
+uint64_t state_data_offset(uint64_t nranges) { return kHeaderWords * 8 + nranges * 16; }
+
+}  // namespace
+
+void write_rank_state(const std::string& path, const RankState& s, const StateSource& source) {
+  const uint64_t nfloats = s.nfloats();
   uint64_t header[kHeaderWords] = {kStateMagic, kStateVersion, static_cast<uint64_t>(s.rank),
                                    static_cast<uint64_t>(s.world), s.step, s.optimizer_step,
                                    s.layout_total, s.ranges.size(), nfloats, s.loader_epoch,
                                    s.loader_next_window, s.rng_state, 0, 0, 0, 0};
-  std::vector<char> bytes(sizeof(header) + s.ranges.size() * 16 + nfloats * 12);
-  char* p = bytes.data() + sizeof(header);
+  AtomicFile f(path);
+  uint64_t h = kFnvOffset;
+  auto put = [&](const void* p, size_t bytes) {
+    f.write(p, bytes);
+    h = fnv_update(h, p, bytes);
+  };
+  put(header, sizeof(header));
+  std::vector<uint64_t> ranges;
+  ranges.reserve(2 * s.ranges.size());
   for (const auto& [b, e] : s.ranges) {
-    std::memcpy(p, &b, 8);
-    std::memcpy(p + 8, &e, 8);
-    p += 16;
+    RZ_CHECK(b <= e, "%s: range [%llu, %llu) ends before it begins", path.c_str(), static_cast<unsigned long long>(b), static_cast<unsigned long long>(e));
+    ranges.push_back(b);
+    ranges.push_back(e);
   }
-  for (const auto* arr : {&s.master, &s.m, &s.v}) {
-    std::memcpy(p, arr->data(), nfloats * 4);
-    p += nfloats * 4;
-  }
-  std::memcpy(bytes.data(), header, sizeof(header));
-  header[kChecksumWord] = fnv_update(kFnvOffset, bytes.data(), bytes.size());
-  std::memcpy(bytes.data(), header, sizeof(header));
-  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
+  put(ranges.data(), ranges.size() * 8);
+  // Master's chunks, then m's, then v's, nfloats values each.
+  int array = 0;
+  uint64_t got = 0;
+  source([&](int a, const float* data, size_t n) {
+    if (a != array) {
+      RZ_CHECK(a > array && got == nfloats && (a == array + 1 || nfloats == 0),
+               "%s: optimizer state array %d after %llu of %llu values of array %d", path.c_str(), a,
+               static_cast<unsigned long long>(got), static_cast<unsigned long long>(nfloats), array);
+      array = a;
+      got = 0;
+    }
+    RZ_CHECK(got + n <= nfloats, "%s: more optimizer state than the ranges hold (%llu)", path.c_str(),
+             static_cast<unsigned long long>(nfloats));
+    put(data, n * sizeof(float));
+    got += n;
+  });
+  RZ_CHECK(nfloats == 0 || (array == kStateV && got == nfloats),
+           "%s: optimizer state ended at array %d after %llu of %llu values", path.c_str(), array,
+           static_cast<unsigned long long>(got), static_cast<unsigned long long>(nfloats));
+  header[kChecksumWord] = h;  // FNV-1a of the file with this word zero, as it was hashed
+  f.seek(0);
+  f.write(header, sizeof(header));
+  f.commit();
 }
 
-RankState read_rank_state(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  RZ_CHECK(in.good(), "%s: cannot open rank state file", path.c_str());
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+void write_rank_state(const std::string& path, const RankState& s) {
+  const uint64_t nfloats = s.nfloats();
+  RZ_ENFORCE_EQ(s.master.size(), nfloats);
+  RZ_ENFORCE_EQ(s.m.size(), nfloats);
+  RZ_ENFORCE_EQ(s.v.size(), nfloats);
+  write_rank_state(path, s, [&](const StateChunkSink& emit) {
+    emit(kStateMaster, s.master.data(), s.master.size());
+    emit(kStateM, s.m.data(), s.m.size());
+    emit(kStateV, s.v.data(), s.v.size());
+  });
+}
+
+RankState read_rank_state_header(const std::string& path) {
+  ReadFile in(path, "rank state file");
+  const uint64_t size = in.size();
   uint64_t h[kHeaderWords];
   RZ_CHECK(size >= sizeof(h), "%s: truncated rank state (%llu bytes, header needs %zu)", path.c_str(),
            static_cast<unsigned long long>(size), sizeof(h));
-  in.read(reinterpret_cast<char*>(h), sizeof(h));
+  in.read_at(0, h, sizeof(h));
   RZ_CHECK(h[0] == kStateMagic, "%s: not a ringzero rank state file (bad magic)", path.c_str());
   RZ_CHECK(h[1] == kStateVersion, "%s: rank state version %llu, expected %llu", path.c_str(),
            static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(kStateVersion));
@@ -95,14 +178,22 @@ RankState read_rank_state(const std::string& path) {
            "%llu floats)",
            path.c_str(), static_cast<unsigned long long>(size), static_cast<unsigned long long>(nranges),
            static_cast<unsigned long long>(nfloats));
-  std::vector<char> bytes(size);
-  std::memcpy(bytes.data(), h, sizeof(h));
-  in.read(bytes.data() + sizeof(h), static_cast<std::streamsize>(size - sizeof(h)));
-  RZ_CHECK(static_cast<uint64_t>(in.gcount()) == size - sizeof(h), "%s: short read", path.c_str());
+  // The checksum, streaming: the header with its checksum word zero, then the rest.
   const uint64_t want = h[kChecksumWord];
-  std::memset(bytes.data() + kChecksumWord * 8, 0, 8);
-  RZ_CHECK(fnv_update(kFnvOffset, bytes.data(), bytes.size()) == want,
-           "%s: checksum mismatch (the file is corrupted)", path.c_str());
+  uint64_t zeroed[kHeaderWords];
+  std::memcpy(zeroed, h, sizeof(h));
+  zeroed[kChecksumWord] = 0;
+  uint64_t sum = fnv_update(kFnvOffset, zeroed, sizeof(zeroed));
+  {
+    std::vector<char> buf(static_cast<size_t>(std::min<uint64_t>(kStreamBytes, size - sizeof(h))));
+    for (uint64_t off = sizeof(h); off < size;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+      in.read_at(off, buf.data(), n);
+      sum = fnv_update(sum, buf.data(), n);
+      off += n;
+    }
+  }
+  RZ_CHECK(sum == want, "%s: checksum mismatch (the file is corrupted)", path.c_str());
 
   RankState s;
   s.rank = static_cast<int>(h[2]);
@@ -113,12 +204,11 @@ RankState read_rank_state(const std::string& path) {
   s.loader_epoch = h[9];
   s.loader_next_window = h[10];
   s.rng_state = h[11];
-  const char* p = bytes.data() + sizeof(h);
+  std::vector<uint64_t> raw(2 * nranges);
+  in.read_at(sizeof(h), raw.data(), raw.size() * 8);
   uint64_t covered = 0;
-  for (uint64_t i = 0; i < nranges; ++i, p += 16) {
-    uint64_t b, e;
-    std::memcpy(&b, p, 8);
-    std::memcpy(&e, p + 8, 8);
+  for (uint64_t i = 0; i < nranges; ++i) {
+    const uint64_t b = raw[2 * i], e = raw[2 * i + 1];
     RZ_CHECK(b <= e && e <= s.layout_total, "%s: range %llu [%llu, %llu) outside the layout (%llu)",
              path.c_str(), static_cast<unsigned long long>(i), static_cast<unsigned long long>(b),
              static_cast<unsigned long long>(e), static_cast<unsigned long long>(s.layout_total));
@@ -127,10 +217,20 @@ RankState read_rank_state(const std::string& path) {
   }
   RZ_CHECK(covered == nfloats, "%s: ranges cover %llu elements but the file holds %llu", path.c_str(),
            static_cast<unsigned long long>(covered), static_cast<unsigned long long>(nfloats));
+  return s;
+}
+
+RankState read_rank_state(const std::string& path) {
+  RankState s = read_rank_state_header(path);
+  const uint64_t nfloats = s.nfloats();
+  ReadFile in(path, "rank state file");
+  RZ_CHECK(in.size() == state_data_offset(s.ranges.size()) + nfloats * 12, "%s: changed while being read",
+           path.c_str());
+  uint64_t off = state_data_offset(s.ranges.size());
   for (auto* arr : {&s.master, &s.m, &s.v}) {
     arr->resize(nfloats);
-    std::memcpy(arr->data(), p, nfloats * 4);
-    p += nfloats * 4;
+    in.read_at(off, arr->data(), nfloats * sizeof(float));
+    off += nfloats * sizeof(float);
   }
   return s;
 }
@@ -239,13 +339,10 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
     if (name == "model.bin")  // rank files carry their own checksum, checked as they are read
       RZ_CHECK(file_fnv64(p) == sz.second, "%s: checksum mismatch (the file is corrupted)", p.c_str());
   }
-  ck.master.assign(layout_total, 0.0f);
-  ck.m.assign(layout_total, 0.0f);
-  ck.v.assign(layout_total, 0.0f);
-  std::vector<char> covered(layout_total, 0);
+  std::vector<std::pair<uint64_t, uint64_t>> all;  // every old range, for the coverage check
   for (int r = 0; r < ck.manifest.world; ++r) {
     const std::string p = (fs::path(dir) / rank_state_name(r)).string();
-    RankState s = read_rank_state(p);
+    RankState s = read_rank_state_header(p);
     RZ_CHECK(s.layout_total == layout_total,
              "%s: written for a model with %llu parameters, this model has %llu", p.c_str(),
              static_cast<unsigned long long>(s.layout_total), static_cast<unsigned long long>(layout_total));
@@ -257,26 +354,57 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
     RZ_CHECK(s.optimizer_step == ck.optimizer_step, "%s: optimizer step %llu differs from rank 0's %llu",
              p.c_str(), static_cast<unsigned long long>(s.optimizer_step),
              static_cast<unsigned long long>(ck.optimizer_step));
-    size_t k = 0;
-    for (const auto& [b, e] : s.ranges) {
-      std::copy(s.master.begin() + k, s.master.begin() + k + (e - b), ck.master.begin() + b);
-      std::copy(s.m.begin() + k, s.m.begin() + k + (e - b), ck.m.begin() + b);
-      std::copy(s.v.begin() + k, s.v.begin() + k + (e - b), ck.v.begin() + b);
-      std::fill(covered.begin() + b, covered.begin() + e, 1);
-      k += e - b;
-    }
-    s.master.clear();
-    s.m.clear();
-    s.v.clear();
-    s.master.shrink_to_fit();
-    s.m.shrink_to_fit();
-    s.v.shrink_to_fit();
-    ck.loader_only.push_back(std::move(s));
+    all.insert(all.end(), s.ranges.begin(), s.ranges.end());
+    ck.ranks.push_back(std::move(s));
   }
-  auto hole = std::find(covered.begin(), covered.end(), 0);
-  RZ_CHECK(hole == covered.end(), "%s: the rank files leave parameter %lld without optimizer state",
-           dir.c_str(), static_cast<long long>(hole - covered.begin()));
+  std::sort(all.begin(), all.end());
+  uint64_t reached = 0;  // [0, reached) is covered
+  for (const auto& [b, e] : all) {
+    if (b > reached) break;
+    reached = std::max(reached, e);
+  }
+  RZ_CHECK(reached >= layout_total, "%s: the rank files leave parameter %lld without optimizer state", dir.c_str(),
+           static_cast<long long>(reached));
   return ck;
+}
+
+void read_checkpoint_state(const LoadedCheckpoint& ck, const StateTarget& target) {
+  RZ_CHECK(target.chunk_elems > 0 && target.put, "read_checkpoint_state: no chunk size or receiver");
+  // The target's ranges, sorted, so each old range finds its overlaps by binary search.
+  auto sorted = [](std::vector<std::pair<uint64_t, uint64_t>> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const auto want_master = sorted(target.master_ranges), want_moments = sorted(target.moment_ranges);
+  Buffer<float> scratch;
+  for (int r = 0; r < static_cast<int>(ck.ranks.size()); ++r) {
+    const RankState& s = ck.ranks[static_cast<size_t>(r)];
+    const std::string path = (fs::path(ck.dir) / rank_state_name(r)).string();
+    ReadFile in(path, "rank state file");
+    const uint64_t nfloats = s.nfloats(), data = state_data_offset(s.ranges.size());
+    RZ_CHECK(in.size() == data + nfloats * 12, "%s: changed since it was verified", path.c_str());
+    for (int array : {kStateMaster, kStateM, kStateV}) {
+      const auto& want = array == kStateMaster ? want_master : want_moments;
+      uint64_t k = 0;  // index of the range's first value in the file's array
+      for (const auto& [b, e] : s.ranges) {
+        auto it = std::upper_bound(want.begin(), want.end(), b,
+                                   [](uint64_t x, const std::pair<uint64_t, uint64_t>& w) { return x < w.second; });
+        for (; it != want.end() && it->first < e; ++it) {
+          const uint64_t lo = std::max(b, it->first), hi = std::min(e, it->second);
+          for (uint64_t a = lo; a < hi;) {
+            const size_t n = static_cast<size_t>(std::min<uint64_t>(target.chunk_elems, hi - a));
+            if (scratch.size() < n)
+              scratch.allocate(MemTag::workspace, static_cast<size_t>(std::min<uint64_t>(target.chunk_elems, hi - lo)));
+            in.read_at(data + (static_cast<uint64_t>(array) * nfloats + k + (a - b)) * sizeof(float), scratch.data(),
+                       n * sizeof(float));
+            target.put(array, a, scratch.data(), n);
+            a += n;
+          }
+        }
+        k += e - b;
+      }
+    }
+  }
 }
 
 void probe_save_dir(const std::string& save_dir, int rank) {

@@ -7,15 +7,26 @@
 //     rank_00001.state
 //     COMPLETE             rank 0, last: JSON manifest (step, world, strategy, files with size and
 //                          FNV-1a 64 checksum)
-// Every file is written to "<name>.tmp", fsync'd and renamed, so a file that exists under its
-// real name is whole. COMPLETE is written only after a barrier confirmed that every rank's
-// file is on disk, and the directory is fsync'd after it: a directory without COMPLETE is
-// an interrupted save and resume skips it.
+// Every file is written to "<name>.tmp.<pid>", fsync'd and renamed, so a file that exists under
+// its real name is whole. COMPLETE is written only after a barrier confirmed that every
+// rank's file is on disk, and the directory is fsync'd after it: a directory without
+// COMPLETE is an interrupted save and resume skips it.
+//
+// Nothing is full-size in memory, saving or loading: the bytes stream between the files and
+// the strategy's own arrays with at most one scratch chunk (zero/strategy.h's
+// state_chunk_elems(), one --bucket-mb of fp32). Saving: each rank's file is written from
+// Strategy::visit_optimizer_state's chunks (pointers into its arrays), the checksum computed
+// as the bytes go out and the header rewritten last; model.bin goes through ModelFileWriter
+// (model/llmc_file.h) from Strategy::visit_params_f32's chunks (zero3 gathers one unit at a
+// time; bf16 is widened per chunk). Loading: load_checkpoint verifies every file (sizes,
+// checksums by streaming, headers, that the old ranks' ranges cover the layout) without
+// reading the arrays; read_checkpoint_state then reads, for each old rank's file, only the
+// overlap of its ranges with the ranges this rank needs (seek + read, a chunk at a time) and
+// hands the chunks to the strategy.
 //
 // Re-sharding: a rank file holds the optimizer state of the flat-layout ranges its rank
-// owned (Strategy::owned_ranges), in layout coordinates without padding. Loading reads every
-// old rank's file into full (layout.total) master, m, v arrays, so any number of new ranks
-// can each take their part through Strategy::set_optimizer_state.
+// owned (Strategy::owned_ranges), in layout coordinates without padding, so any number of
+// new ranks can each read their part.
 //
 // rank_RRRRR.state, little-endian:
 //   header  16 x uint64: magic "RZSTATE1", version, rank, world, step, optimizer_step,
@@ -25,6 +36,7 @@
 //   master, m, v  nfloats float32 each (nfloats = sum of range lengths)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,7 +45,8 @@
 
 namespace rz {
 
-// What one rank saves.
+// What one rank saves: the header's fields and ranges. The arrays are filled only by
+// read_rank_state and read only by the two-argument write_rank_state (tests, tools).
 struct RankState {
   int rank = 0;
   int world = 1;
@@ -45,10 +58,26 @@ struct RankState {
   uint64_t loader_epoch = 0;
   uint64_t loader_next_window = 0;
   uint64_t rng_state = 0;  // rank 0's sampling RNG
+  uint64_t nfloats() const;  // sum of the range lengths
 };
 
+// The optimizer-state arrays by index, in file order (zero/strategy.h's StateArray).
+inline constexpr int kStateMaster = 0, kStateM = 1, kStateV = 2;
+// A chunk of one array: consecutive values, in range order.
+using StateChunkSink = std::function<void(int array, const float* data, size_t n)>;
+// Calls `emit` with master's chunks, then m's, then v's, each covering nfloats values.
+using StateSource = std::function<void(const StateChunkSink& emit)>;
+
+// Writes s's header and ranges, then the arrays from `source` straight to the file (no
+// copy); the checksum is computed on the way and the header rewritten with it at the end.
+void write_rank_state(const std::string& path, const RankState& s, const StateSource& source);
+// The same from s's own vectors.
 void write_rank_state(const std::string& path, const RankState& s);
-// Throws a one-line error naming the file when it is truncated, corrupted or inconsistent.
+// Checks the header, the size, the checksum (streaming the file through a small buffer) and
+// the ranges; the arrays are not read (left empty). Throws a one-line error naming the file
+// when it is truncated, corrupted or inconsistent.
+RankState read_rank_state_header(const std::string& path);
+// read_rank_state_header, then the arrays too (tests, the fuzz target).
 RankState read_rank_state(const std::string& path);
 
 // FNV-1a 64 of a whole file (throws naming the file if unreadable).
@@ -85,18 +114,31 @@ void probe_save_dir(const std::string& save_dir, int rank);
 // Step directories (step_NNNNNNNN, complete or not) in save_dir.
 std::vector<std::string> list_step_dirs(const std::string& save_dir);
 
-// A checkpoint read back whole, with the optimizer state assembled to full arrays.
+// A verified checkpoint: its manifest and every old rank's header and ranges (the arrays
+// stay in the files until read_checkpoint_state).
 struct LoadedCheckpoint {
   std::string dir;
   CheckpointManifest manifest;
   uint64_t step = 0;
   uint64_t optimizer_step = 0;
-  std::vector<float> master, m, v;     // (layout_total,) each
-  std::vector<RankState> loader_only;  // per old rank: loader position and rng (no arrays)
+  std::vector<RankState> ranks;  // per old rank: loader position, rng, ranges (no arrays)
 };
-// Verifies every file's size and checksum against the manifest, checks that the old ranks'
-// ranges cover [0, layout_total), and assembles the arrays.
+// Verifies every file's size and checksum against the manifest and each rank file's own
+// header and checksum, and checks that the old ranks' ranges cover [0, layout_total).
 LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total);
+
+// Where one rank's part of the optimizer state goes.
+struct StateTarget {
+  std::vector<std::pair<uint64_t, uint64_t>> master_ranges;  // layout ranges whose master values it needs
+  std::vector<std::pair<uint64_t, uint64_t>> moment_ranges;  // ... whose m and v it needs
+  size_t chunk_elems = size_t{1} << 16;                      // the most floats read at once
+  // array (kStateMaster, kStateM, kStateV), the chunk's first layout element, values.
+  std::function<void(int array, uint64_t begin, const float* data, size_t n)> put;
+};
+// For each old rank's file in rank order, reads the overlap of its ranges with the target's
+// ranges (seek + read into one scratch buffer of at most chunk_elems floats, MemTag::workspace)
+// and hands each chunk to put. ck comes from load_checkpoint.
+void read_checkpoint_state(const LoadedCheckpoint& ck, const StateTarget& target);
 
 // The checkpoint --resume continues from. newest_intact false (--resume yes): the newest
 // complete one; when it is damaged, an error that says why and names the newest intact

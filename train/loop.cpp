@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <tuple>
 
@@ -29,6 +30,7 @@
 #include "train/generate.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "train/strategy_checkpoint.h"
 #include "train/timeline.h"
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
@@ -241,22 +243,23 @@ void Trainer::resume() {
     return;
   }
   resumed_ = true;
-  strategy_->set_optimizer_state(ck.master.data(), ck.m.data(), ck.v.data(), ck.optimizer_step);
+  // This rank's part only, range by range from each old rank's file (no full-size arrays).
+  restore_strategy_state(ck, *strategy_);
   start_step_ = static_cast<int>(ck.step);
   const int old_world = ck.manifest.world;
   if (old_world == world_) {
-    const RankState& s = ck.loader_only[static_cast<size_t>(rank_)];
+    const RankState& s = ck.ranks[static_cast<size_t>(rank_)];
     train_->restore(LoaderState{s.loader_epoch, s.loader_next_window});
   } else {
     // Re-derive the position (loop.h): old rank 0 had taken j windows of its share.
-    const RankState& s0 = ck.loader_only[0];
+    const RankState& s0 = ck.ranks[0];
     const uint64_t j_old = s0.loader_next_window / static_cast<uint64_t>(old_world);
     const uint64_t j_new = j_old * static_cast<uint64_t>(old_world) / static_cast<uint64_t>(world_);
     LoaderState st{s0.loader_epoch, static_cast<uint64_t>(rank_) + j_new * static_cast<uint64_t>(world_)};
     if (j_new > train_->batches_per_epoch() * static_cast<uint64_t>(cfg_.batch)) st = {s0.loader_epoch + 1, static_cast<uint64_t>(rank_)};
     train_->restore(st);
   }
-  rng_.state = ck.loader_only[0].rng_state;
+  rng_.state = ck.ranks[0].rng_state;
   if (rank0())
     std::printf("resumed from %s: step %d, written by %d rank(s) with %s%s\n", ck.dir.c_str(), start_step_, old_world,
                 ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
@@ -317,6 +320,15 @@ bool Trainer::save(int step) {
       fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
     });
   if (all_ok()) attempt([&] { write_rank_files(dir, step); });
+  if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
+    try {
+      std::string model_error = save_model_file(rank0() ? (fs::path(dir) / "model.bin").string() : std::string(),
+                                                *strategy_, mcfg_, precision_);
+      if (error.empty()) error = model_error;
+    } catch (const std::exception& e) {  // a failed collective
+      if (error.empty()) error = e.what();
+    }
+  }
   if (all_ok() && rank0())  // every rank's part is on disk
     attempt([&] {
       write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
@@ -341,19 +353,13 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
   st.rank = rank_;
   st.world = world_;
   st.step = static_cast<uint64_t>(step);
-  st.optimizer_step = strategy_->optimizer_step();
   st.layout_total = model_->layout().total;
-  for (const auto& [b, e] : strategy_->owned_ranges()) st.ranges.emplace_back(b, e);
-  strategy_->get_optimizer_state(st.master, st.m, st.v);
   const LoaderState ls = train_->state();
   st.loader_epoch = ls.epoch;
   st.loader_next_window = ls.next_window;
   st.rng_state = rng_.state;
-  write_rank_state((fs::path(dir) / rank_state_name(rank_)).string(), st);
-  // Collective: zero3 gathers the parameters unit by unit for rank 0.
-  std::vector<float> params(rank0() ? model_->layout().total : 0);
-  strategy_->params_f32(rank0() ? params.data() : nullptr);
-  if (rank0()) write_model_file((fs::path(dir) / "model.bin").string(), mcfg_, precision_, params.data());
+  // Straight from the strategy's arrays to the file, chunk by chunk.
+  save_strategy_state((fs::path(dir) / rank_state_name(rank_)).string(), *strategy_, st);
 }
 
 // Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so

@@ -10,7 +10,9 @@
 //                  (ReduceScatter of the largest bucket, sharded strategies), and on CPU ranks
 //                  the kernels' per-thread fp32 scratch (bf16 matmuls, attention heads);
 //   start-up       zero3: the model's full parameter buffer, until the strategy takes its
-//                  shard over (the strategies' own start-up goes bucket by bucket).
+//                  shard over, next to everything zero3 keeps (its states, owned parameter
+//                  shard and gathered units are allocated by then; the strategies' own
+//                  start-up goes bucket by bucket).
 // peak() = max(states + activations + working, start-up). The planner test
 // (tests/test_train_memory_plan.cpp) holds it to the tracker's measured peak of a real step.
 // Strategies come from kStrategyKinds and predicted_state_bytes: a new strategy there appears

@@ -13,13 +13,9 @@ DDPStrategy::DDPStrategy(GPT2& model, Communicator& comm, const StrategyOptions&
   const Device dev = model.device();
   if (precision_ == Precision::bf16) {
     master_.allocate(MemTag::master, plan_.total, dev);
-    if (dev.is_cpu()) {  // straight from the bf16 params: no full-size fp32 temporary
-      be_.bf16_to_f32(master_.data(), static_cast<const bf16*>(model_.params()), plan_.total);
-    } else {
-      std::vector<float> host(plan_.total);
-      model_.get_params_f32(host.data());
-      be_.copy_from_host(master_.data(), host.data(), plan_.total * sizeof(float));
-    }
+    // Straight from the bf16 params in the backend's memory (on a GPU a device-to-device
+    // conversion): no full-size temporary, on the host or the device.
+    be_.bf16_to_f32(master_.data(), static_cast<const bf16*>(model_.params()), plan_.total);
   }
   m_.allocate(MemTag::adam_m, plan_.total, dev);
   v_.allocate(MemTag::adam_v, plan_.total, dev);
@@ -55,30 +51,6 @@ StepStats DDPStrategy::step(float lr) {
 
 std::vector<std::pair<size_t, size_t>> DDPStrategy::owned_ranges() const {
   return {{0, plan_.total}};
-}
-
-void DDPStrategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
-                                      std::vector<float>& v) const {
-  const size_t bytes = plan_.total * sizeof(float);
-  master.resize(plan_.total);
-  if (master_.empty())
-    model_.get_params_f32(master.data());
-  else
-    be_.copy_to_host(master.data(), master_.data(), bytes);
-  m.resize(plan_.total);
-  v.resize(plan_.total);
-  be_.copy_to_host(m.data(), m_.data(), bytes);
-  be_.copy_to_host(v.data(), v_.data(), bytes);
-}
-
-void DDPStrategy::set_optimizer_state(const float* master_full, const float* m_full,
-                                      const float* v_full, uint64_t step) {
-  const size_t bytes = plan_.total * sizeof(float);
-  model_.set_params_f32(master_full);
-  if (!master_.empty()) be_.copy_from_host(master_.data(), master_full, bytes);
-  be_.copy_from_host(m_.data(), m_full, bytes);
-  be_.copy_from_host(v_.data(), v_full, bytes);
-  t_ = step;
 }
 
 }  // namespace rz

@@ -23,10 +23,11 @@ class DDPStrategy final : public StrategyCore {
   StepStats step(float lr) override;
 
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
-  void get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
-                           std::vector<float>& v) const override;
-  void set_optimizer_state(const float* master_full, const float* m_full, const float* v_full,
-                           uint64_t step) override;
+  std::vector<std::pair<size_t, size_t>> param_ranges() const override { return owned_ranges(); }
+  // zero/state_io.cpp:
+  void visit_optimizer_state(const StateChunkFn& fn) const override;
+  void set_master_chunk(size_t begin, const float* data, size_t n) override;
+  void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) override;
 
  private:
   void begin_window() override;

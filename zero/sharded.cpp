@@ -80,29 +80,4 @@ std::vector<std::pair<size_t, size_t>> ShardedStrategy::owned_ranges() const {
   return owned_layout_ranges(plan_, rank_);
 }
 
-void ShardedStrategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
-                                          std::vector<float>& v) const {
-  if (!master_.empty()) {
-    owned_to_ranges(plan_, rank_, master_.data(), master);
-  } else {  // fp32 mode: the owned parameters are the master weights
-    master.clear();
-    for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-      auto [lo, hi] = plan_.owned_layout_range(b, rank_);
-      const float* p = reinterpret_cast<const float*>(owned_param(b, lo));
-      master.insert(master.end(), p, p + (hi - lo));
-    }
-  }
-  owned_to_ranges(plan_, rank_, m_.data(), m);
-  owned_to_ranges(plan_, rank_, v_.data(), v);
-}
-
-void ShardedStrategy::set_optimizer_state(const float* master_full, const float* m_full,
-                                          const float* v_full, uint64_t step) {
-  set_params_from_master(master_full);
-  if (!master_.empty()) ranges_to_owned(plan_, rank_, master_full, master_.data());
-  ranges_to_owned(plan_, rank_, m_full, m_.data());
-  ranges_to_owned(plan_, rank_, v_full, v_.data());
-  t_ = step;
-}
-
 }  // namespace rz

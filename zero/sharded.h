@@ -13,8 +13,9 @@
 // model's precision, so each rank ends the step with the full, identical model; zero3
 // does nothing (it gathers per layer when the model next reads them).
 //
-// Nothing here makes a full-size temporary: start-up, get and set of the optimizer state
-// go bucket by bucket between the parameters and the owned arrays.
+// Nothing here makes a full-size temporary: start-up goes bucket by bucket from the
+// parameters to the owned arrays, and the checkpoint getters and setters (state_io.cpp)
+// stream between the owned arrays and the file a chunk at a time.
 #pragma once
 
 #include "base/memory.h"
@@ -27,10 +28,12 @@ class ShardedStrategy : public StrategyCore {
   ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
 
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
-  void get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
-                           std::vector<float>& v) const override;
-  void set_optimizer_state(const float* master_full, const float* m_full, const float* v_full,
-                           uint64_t step) override;
+  // zero1, zero2: every rank holds all the parameters (zero3: its owned shard).
+  std::vector<std::pair<size_t, size_t>> param_ranges() const override { return {{0, plan_.total}}; }
+  // zero/state_io.cpp: straight between the owned arrays and the chunks, bucket by bucket.
+  void visit_optimizer_state(const StateChunkFn& fn) const override;
+  void set_master_chunk(size_t begin, const float* data, size_t n) override;
+  void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) override;
 
  protected:
   // owned_grads: (owned_numel) averaged gradient of this rank's shards, dtype grad_dtype.
@@ -40,8 +43,10 @@ class ShardedStrategy : public StrategyCore {
   virtual unsigned char* owned_param(int b, size_t a) const;
   // After AdamW: make the updated shards visible to every rank (all-gather; zero3: nothing).
   virtual void publish_params();
-  // The model's parameters from a full fp32 array (zero3: only this rank's shard of it).
-  virtual void set_params_from_master(const float* master_full) { model_.set_params_f32(master_full); }
+  // The parameters of layout elements [begin, begin + n) from fp32 (zero3: the owned part).
+  virtual void set_params_chunk(size_t begin, const float* data, size_t n) { model_.set_params_f32(begin, n, data); }
+  // Copies the part of [begin, begin + n) this rank owns into an owned-shard array.
+  void chunk_to_owned(size_t begin, const float* data, size_t n, float* owned) const;
 
   Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master
   Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -74,6 +75,11 @@ struct StepStats {
                                    // forward and backward (0..1); 0 for the others
 };
 
+// The optimizer-state arrays a checkpoint holds, in the order it holds them.
+enum class StateArray : int { master = 0, m = 1, v = 2 };
+using StateChunkFn = std::function<void(StateArray array, const float* data, size_t n)>;
+using ParamChunkFn = std::function<void(size_t begin, const float* data, size_t n)>;
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -87,21 +93,38 @@ class Strategy {
   // what this rank owns, and bring every rank's model.params() up to date.
   virtual StepStats step(float lr) = 0;
 
-  // --- optimizer state, for checkpoints (layout-independent, so a checkpoint written
-  // with N ranks can be resumed with M: each rank saves what it owns, in flat-layout
-  // coordinates without padding, and loading takes this rank's part of the full arrays).
+  // --- optimizer state and parameters, for checkpoints. Layout-independent, so a
+  // checkpoint written with N ranks resumes with M: each rank saves what it owns, in
+  // flat-layout coordinates without padding, and loading hands each rank only the ranges it
+  // needs. Both directions go in chunks (zero/state_io.cpp): a chunk points into the
+  // strategy's own arrays where they are fp32 on the host, else into one scratch buffer of
+  // at most state_chunk_elems() floats (MemTag::workspace); nothing full-size is made.
   virtual std::vector<std::pair<size_t, size_t>> owned_ranges() const = 0;  // [begin, end) in the flat layout
-  // fp32 master weights, AdamW m and v for owned_ranges(), concatenated in range order.
-  virtual void get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
-                                   std::vector<float>& v) const = 0;
-  // From full arrays of layout().total elements each; also sets the model's params from master.
-  virtual void set_optimizer_state(const float* master_full, const float* m_full,
-                                   const float* v_full, uint64_t step) = 0;
+  // fp32 master weights, then AdamW m, then v, each over owned_ranges() in order, as
+  // consecutive chunks: fn(array, data, n), valid only during the call.
+  virtual void visit_optimizer_state(const StateChunkFn& fn) const = 0;
+  // The same, concatenated into vectors (tests and tools; the checkpoint writer streams).
+  void get_optimizer_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) const;
+  // Loading. The layout ranges whose master values this rank needs: where it holds the
+  // parameters (all of them for ddp, zero1, zero2; the owned shard for zero3).
+  virtual std::vector<std::pair<size_t, size_t>> param_ranges() const = 0;
+  // Master values of layout elements [begin, begin + n): the parameters there (rounded to
+  // the model's precision) and, where this rank owns them, its master copy. Parts outside
+  // param_ranges() are ignored.
+  virtual void set_master_chunk(size_t begin, const float* data, size_t n) = 0;
+  // AdamW m or v of [begin, begin + n); parts outside owned_ranges() are ignored.
+  virtual void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) = 0;
+  virtual void set_optimizer_step(uint64_t step) = 0;
   virtual uint64_t optimizer_step() const = 0;  // AdamW's t: steps taken so far
-  // The full parameters as fp32 in layout order (layout().total elements) into `out`, which
-  // may be null on a rank that does not need them. Collective: every rank calls it (zero3
-  // all-gathers them unit by unit; the others copy the model's own).
-  virtual void params_f32(float* out) = 0;
+  // The full parameters as fp32, as chunks fn(begin, data, n) covering [0, layout().total)
+  // once each (not necessarily in layout order); fn may be null on a rank that does not
+  // need them. Collective: every rank calls it (zero3 all-gathers them unit by unit; the
+  // others read the model's own).
+  virtual void visit_params_f32(const ParamChunkFn* fn) = 0;
+  // The same into a full array (tests and tools); null on ranks that do not need it.
+  void params_f32(float* out);
+  // The most floats a checkpoint scratch buffer holds: one --bucket-mb of fp32, at least 16K.
+  size_t state_chunk_elems() const;
 
   // --- what the strategy built, for reports (they ask; they never rebuild it).
   virtual const BucketPlan& bucket_plan() const = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/memory.h"
 #include "base/trace.h"
 #include "zero/buckets.h"
 #include "zero/strategy.h"
@@ -30,9 +31,10 @@ class StrategyCore : public Strategy, public GradSink {
   void end_micro_step() override;
   void grads_ready(size_t begin, size_t end) override;
   uint64_t optimizer_step() const override { return t_; }
-  void params_f32(float* out) override {
-    if (out) model_.get_params_f32(out);
-  }
+  void set_optimizer_step(uint64_t step) override { t_ = step; }
+  // The model's own parameters: pointers into them in fp32 on the host, else converted (or
+  // copied from the device) a chunk at a time (zero/state_io.cpp).
+  void visit_params_f32(const ParamChunkFn* fn) override;
 
   const BucketPlan& bucket_plan() const override { return plan_; }
   const StrategyOptions& options() const override { return opts_; }
@@ -65,6 +67,10 @@ class StrategyCore : public Strategy, public GradSink {
   // precision), grad (n, grad_dtype), m, v (n, fp32).
   void adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m, float* v,
              size_t n, bool decay, float lr, float grad_scale) const;
+  // fn(array, ...) over n fp32 values in backend memory: the pointer itself on the host,
+  // else copied to the host a chunk at a time through `scratch` (allocated on first use).
+  void visit_stored_f32(StateArray array, const float* src, size_t n, const StateChunkFn& fn,
+                        Buffer<float>& scratch) const;
 
   GPT2& model_;
   Backend& be_;        // the model's: gradients, shards and optimizer state live on its device

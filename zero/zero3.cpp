@@ -61,17 +61,6 @@ unsigned char* Zero3Strategy::owned_param(int b, size_t a) const {
   return const_cast<unsigned char*>(owned_params_.data()) + (plan_.owned_offset(b) + (a - shard_begin)) * grad_bytes_;
 }
 
-void Zero3Strategy::set_params_from_master(const float* master_full) {
-  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
-    if (hi == lo) continue;
-    if (precision_ == Precision::fp32)
-      std::memcpy(owned_param(b, lo), master_full + lo, (hi - lo) * sizeof(float));
-    else
-      be_.f32_to_bf16(reinterpret_cast<bf16*>(owned_param(b, lo)), master_full + lo, hi - lo);
-  }
-}
-
 int Zero3Strategy::slot_for(int unit) {
   const int emb = num_units_ - 1;
   if (unit == emb) return slots_.back().unit < 0 ? static_cast<int>(slots_.size()) - 1 : -1;
@@ -152,23 +141,6 @@ StepStats Zero3Strategy::step(float lr) {
     if (slots_[s].unit >= 0) drop(s);
   }
   return Zero2Strategy::step(lr);
-}
-
-void Zero3Strategy::params_f32(float* out) {
-  // Unit by unit through the gate's own buffers: no full-size copy beyond `out`.
-  for (int u = 0; u < num_units_; ++u) {
-    const bool was_open = window_open_;
-    const void* p = acquire(u, u + 1 < num_units_ ? u + 1 : -1);
-    window_open_ = was_open;  // a checkpoint's gathers are not a training step's
-    const size_t begin = units_[u].first, n = units_[u].second - begin;
-    if (out != nullptr) {
-      if (precision_ == Precision::fp32)
-        std::memcpy(out + begin, p, n * sizeof(float));
-      else
-        be_.bf16_to_f32(out + begin, static_cast<const bf16*>(p), n);
-    }
-    release(u);
-  }
 }
 
 }  // namespace rz

@@ -1,0 +1,64 @@
+// train/strategy_checkpoint.cpp: see strategy_checkpoint.h.
+#include "train/strategy_checkpoint.h"
+
+#include <exception>
+#include <memory>
+
+#include "model/llmc_file.h"
+
+namespace rz {
+
+void save_strategy_state(const std::string& path, const Strategy& st, RankState header) {
+  header.optimizer_step = st.optimizer_step();
+  header.ranges.clear();
+  for (const auto& [b, e] : st.owned_ranges()) header.ranges.emplace_back(b, e);
+  write_rank_state(path, header, [&](const StateChunkSink& emit) {
+    st.visit_optimizer_state([&](StateArray a, const float* data, size_t n) { emit(static_cast<int>(a), data, n); });
+  });
+}
+
+std::string save_model_file(const std::string& path, Strategy& st, const GPT2Config& cfg, Precision precision) {
+  std::string error;
+  std::unique_ptr<ModelFileWriter> out;
+  if (!path.empty()) {
+    try {
+      out = std::make_unique<ModelFileWriter>(path, cfg, precision);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const ParamChunkFn fn = [&](size_t begin, const float* data, size_t n) {
+    if (!error.empty()) return;  // keep gathering with the others; write nothing more
+    try {
+      out->write(begin, data, n);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  st.visit_params_f32(path.empty() ? nullptr : &fn);
+  if (out != nullptr && error.empty()) {
+    try {
+      out->commit();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  return error;
+}
+
+void restore_strategy_state(const LoadedCheckpoint& ck, Strategy& st) {
+  StateTarget target;
+  for (const auto& [b, e] : st.param_ranges()) target.master_ranges.emplace_back(b, e);
+  for (const auto& [b, e] : st.owned_ranges()) target.moment_ranges.emplace_back(b, e);
+  target.chunk_elems = st.state_chunk_elems();
+  target.put = [&](int array, uint64_t begin, const float* data, size_t n) {
+    if (array == kStateMaster)
+      st.set_master_chunk(static_cast<size_t>(begin), data, n);
+    else
+      st.set_moment_chunk(array == kStateM ? StateArray::m : StateArray::v, static_cast<size_t>(begin), data, n);
+  };
+  read_checkpoint_state(ck, target);
+  st.set_optimizer_step(ck.optimizer_step);
+}
+
+}  // namespace rz
