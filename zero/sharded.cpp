@@ -10,7 +10,7 @@ namespace rz {
 
 ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : StrategyCore(model, comm, opts) {
-  // The owned-shard bookkeeping below (ranges_to_owned, owned_to_ranges) and the ring's
+  // The owned-shard bookkeeping below (and state_io.cpp's checkpoint copies) and the ring's
   // copies work on host memory; GPU ranks get them with the device-memory ring.
   RZ_CHECK(model.device().is_cpu(),
            "%s on %s: the sharded strategies run on CPU ranks only in this build; use ddp on a GPU",

@@ -140,24 +140,6 @@ std::vector<std::pair<size_t, size_t>> owned_layout_ranges(const BucketPlan& pla
   return out;
 }
 
-void owned_to_ranges(const BucketPlan& plan, int rank, const float* owned, std::vector<float>& out) {
-  out.clear();
-  for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b) {
-    auto r = plan.owned_layout_range(b, rank);
-    const float* src = owned + plan.owned_offset(b);
-    out.insert(out.end(), src, src + (r.second - r.first));
-  }
-}
-
-void ranges_to_owned(const BucketPlan& plan, int rank, const float* full, float* owned) {
-  for (int b = 0; b < static_cast<int>(plan.buckets.size()); ++b) {
-    auto r = plan.owned_layout_range(b, rank);
-    float* dst = owned + plan.owned_offset(b);
-    std::copy(full + r.first, full + r.second, dst);
-    std::fill(dst + (r.second - r.first), dst + plan.buckets[b].shard, 0.0f);
-  }
-}
-
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts) {
   switch (opts.kind) {
     case StrategyKind::ddp: return std::make_unique<DDPStrategy>(model, comm, opts);

@@ -94,10 +94,7 @@ class StrategyCore : public Strategy, public GradSink {
   CommStats window_start_stats_;
 };
 
-// Copies out / in the parts of an owned-shard array (concatenated S_b per bucket) that
-// lie inside the layout (the padding is skipped), in owned_ranges() order.
-void owned_to_ranges(const BucketPlan& plan, int rank, const float* owned, std::vector<float>& out);
-void ranges_to_owned(const BucketPlan& plan, int rank, const float* full, float* owned);
+// The layout elements this rank owns, bucket by bucket (empty ones skipped): owned_ranges().
 std::vector<std::pair<size_t, size_t>> owned_layout_ranges(const BucketPlan& plan, int rank);
 
 }  // namespace rz
