@@ -102,6 +102,53 @@ TEST_CASE("model file: bf16 (version 5) round trip is bitwise after rounding", "
   CHECK(slurp(dir.file("a.bin")) == slurp(dir.file("b.bin")));
 }
 
+TEST_CASE("model file written in chunks, in any order, has the one-shot writer's bytes", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  const size_t n = num_parameters(cfg);
+  const std::vector<float> p = random_params(n, 3);
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    INFO(precision_name(prec));
+    // The expected bytes, independently: llm.c's header, then llm.c's order (rounded in bf16).
+    std::vector<float> llmc(n);
+    internal_to_llmc(cfg, p.data(), llmc.data());
+    std::vector<char> want(1024, 0);
+    const int32_t h[8] = {20240326, prec == Precision::fp32 ? 3 : 5, 64, 257, 2, 4, 64, 320};
+    std::memcpy(want.data(), h, sizeof(h));
+    for (float x : llmc) {
+      if (prec == Precision::fp32) {
+        want.insert(want.end(), reinterpret_cast<const char*>(&x), reinterpret_cast<const char*>(&x) + 4);
+      } else {
+        const bf16 b = float_to_bf16(x);
+        want.insert(want.end(), reinterpret_cast<const char*>(&b), reinterpret_cast<const char*>(&b) + 2);
+      }
+    }
+    write_model_file(dir.file("whole.bin"), cfg, prec, p.data());
+    CHECK((slurp(dir.file("whole.bin")) == want));
+    // Chunks of 1000 (crossing tensor boundaries), last chunk first, as zero3's units come.
+    {
+      ModelFileWriter w(dir.file("chunks.bin"), cfg, prec);
+      for (size_t end = n; end > 0;) {
+        const size_t begin = end > 1000 ? end - 1000 : 0;
+        w.write(begin, p.data() + begin, end - begin);
+        end = begin;
+      }
+      w.commit();
+    }
+    CHECK((slurp(dir.file("chunks.bin")) == want));
+    // A writer that did not get every parameter refuses to commit and leaves no file.
+    {
+      ModelFileWriter w(dir.file("short.bin"), cfg, prec);
+      w.write(0, p.data(), n - 1);
+      CHECK_THROWS_WITH(w.commit(), Catch::Contains("of " + std::to_string(n) + " parameters written"));
+    }
+    CHECK_FALSE(fs::exists(dir.file("short.bin")));
+  }
+  size_t files = 0;
+  for (auto& e : fs::directory_iterator(dir.path)) files += e.is_regular_file() ? 1 : 0;
+  CHECK(files == 2);  // no temporary file left behind
+}
+
 TEST_CASE("llm.c order <-> internal order round trip and known positions", "[checkpoint]") {
   GPT2Config cfg = model_preset("tiny");
   cfg.num_layers = 3;
