@@ -31,6 +31,7 @@ struct RingCommunicator::Task {
   Body body;
   OnDone on_done;
   std::shared_ptr<RingWork> work;
+  std::shared_ptr<void> input_mark;  // cuda transport: the input stream at issue time
   int trace_bucket = -1;  // the issuing thread's trace::bucket(), for the comm track
 };
 
@@ -70,7 +71,8 @@ RingCommunicator::~RingCommunicator() {
   if (channel_) channel_->close();
 }
 
-void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body) {
+void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body,
+                               const std::shared_ptr<void>& input_mark) {
   RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
   const uint64_t seq = ++seq_;
   RingContext ctx;
@@ -80,13 +82,16 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
   ctx.segment_bytes = opts_.segment_bytes;
   ctx.observer = observer_;
   ctx.work = &work_;
+  ctx.elements = device_.get();
   auto t0 = Clock::now();
   try {
+    if (device_ != nullptr) device_->wait_input(input_mark);
     if (opts_.debug && nranks_ > 1) {
       fp.seq = seq;
       ring_check_fingerprint(ctx, fp);
     }
     body(ctx);
+    if (device_ != nullptr) device_->synchronize();  // finished here means finished on the GPU
   } catch (const Error& e) {
     broken_ = strfmt("rank %d: %s #%llu: %s", rank_, collective_name(kind), static_cast<unsigned long long>(seq), e.what());
     if (channel_) channel_->close();
@@ -112,13 +117,14 @@ void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& 
 }
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body) {
+  const std::shared_ptr<void> mark = device_ != nullptr ? device_->mark_input() : nullptr;
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return queue_.empty() && !busy_; });
   busy_ = true;
   l.unlock();
   std::exception_ptr err;
   try {
-    execute(kind, fp, body);
+    execute(kind, fp, body, mark);
   } catch (...) {
     err = std::current_exception();
   }
@@ -131,7 +137,9 @@ void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, 
 
 WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done) {
   auto work = std::make_shared<RingWork>();
-  auto task = std::make_unique<Task>(Task{kind, fp, std::move(body), std::move(on_done), work, trace::bucket()});
+  std::shared_ptr<void> mark = device_ != nullptr ? device_->mark_input() : nullptr;
+  auto task = std::make_unique<Task>(
+      Task{kind, fp, std::move(body), std::move(on_done), work, std::move(mark), trace::bucket()});
   std::lock_guard<std::mutex> l(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
   queue_.push_back(std::move(task));
@@ -153,7 +161,7 @@ void RingCommunicator::comm_thread_main() {
     std::exception_ptr err;
     trace::set_bucket(task->trace_bucket);
     try {
-      execute(task->kind, task->fp, task->body);
+      execute(task->kind, task->fp, task->body, task->input_mark);
       if (task->on_done) task->on_done();
     } catch (...) {
       err = std::current_exception();
@@ -171,8 +179,9 @@ void RingCommunicator::comm_thread_main() {
 
 // ---- argument checks and the public calls -------------------------------------------------
 
-#define RZ_CHECK_BUF(p, n, name) \
-  RZ_CHECK((p) != nullptr || (n) == 0, "%s: %s is null but %zu elements were asked for", what, name, size_t(n))
+#define RZ_CHECK_BUF(p, n, name)                                                                              \
+  RZ_CHECK((p) != nullptr || (n) == 0, "%s: %s is null but %zu elements were asked for", what, name, size_t(n)); \
+  check_device_buffer((p), (n), dtype, what, name)
 
 void RingCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const char* what = "all_reduce";

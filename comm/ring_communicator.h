@@ -23,6 +23,7 @@
 #include "base/memory.h"
 #include "comm/channel.h"
 #include "comm/communicator.h"
+#include "comm/device_ring.h"
 #include "comm/factory.h"
 #include "comm/ring.h"
 
@@ -56,6 +57,9 @@ class RingCommunicator final : public Communicator {
 
   // comm-trace watches every round; set it before the first collective.
   void set_observer(RingObserver* observer) { observer_ = observer; }
+  // The cuda transport: buffers are on this link's GPU; collectives follow the input stream
+  // and end with the comm stream finished (device_ring.h). Set it before the first collective.
+  void set_device(std::shared_ptr<DeviceLink> link) { device_ = std::move(link); }
   // Keeps an object alive as long as this communicator (rank 0's rendezvous store).
   void keep_alive(std::shared_ptr<void> p) { keep_alive_.push_back(std::move(p)); }
   double timeout_s() const { return opts_.timeout_s; }
@@ -63,7 +67,10 @@ class RingCommunicator final : public Communicator {
  private:
   using Body = std::function<void(RingContext&)>;
   struct Task;
-  void execute(CollectiveKind kind, Fingerprint fp, const Body& body);
+  void execute(CollectiveKind kind, Fingerprint fp, const Body& body, const std::shared_ptr<void>& input_mark);
+  void check_device_buffer(const void* p, size_t count, DType dt, const char* op, const char* name) const {
+    if (device_ != nullptr && count > 0) device_->check_buffer(p, count * dtype_size(dt), op, name);
+  }
   void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body);
   WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done);
   void comm_thread_main();
@@ -76,6 +83,7 @@ class RingCommunicator final : public Communicator {
   std::unique_ptr<RingChannel> channel_;
   CommOptions opts_;
   RingObserver* observer_ = nullptr;
+  std::shared_ptr<DeviceLink> device_;  // the cuda transport; null for host buffers
   Buffer<unsigned char> work_;
   CommStats stats_;
   uint64_t seq_ = 0;
