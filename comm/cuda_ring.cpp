@@ -140,14 +140,14 @@ class CudaLink final : public DeviceLink {
       cuda("cudaStreamWaitEvent(input mark)", cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
   }
 
-  void check_buffer(const void* p, size_t bytes, const char* op, const char* name) override {
-    if (bytes == 0) return;
+  bool is_host_memory(const void* p) override {
     cudaPointerAttributes a{};
     const cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky; clear it
-    RZ_CHECK(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged),
-             "comm ring, cuda transport: rank %d: %s: %s is not device memory (GPU buffers: --device cuda)", rank_, op,
-             name);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; clear it
+      return true;                // what the runtime does not know is plain host memory
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
   }
 
  private:

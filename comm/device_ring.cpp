@@ -92,6 +92,7 @@ class DeviceRingChannel final : public RingChannel {
 
   size_t max_message_bytes() const override { return slot_bytes_; }
   void close() override { control_->close(); }
+  RingChannel* control() { return control_.get(); }
 
  private:
   std::unique_ptr<RingChannel> control_;
@@ -166,6 +167,11 @@ InboxRecord exchange_inbox_records(StoreClient& store, int rank, int nranks, con
 }
 
 uint32_t cuda_inbox_slots() { return kSlotsPerEdge + 1; }
+
+RingChannel* control_channel_of(RingChannel* channel) {
+  auto* d = dynamic_cast<DeviceRingChannel*>(channel);
+  return d != nullptr ? d->control() : nullptr;
+}
 
 std::unique_ptr<RingChannel> make_device_ring_channel(std::unique_ptr<RingChannel> control, uint32_t control_lookahead,
                                                       std::shared_ptr<DeviceLink> link, void* right_inbox,

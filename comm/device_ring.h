@@ -83,15 +83,20 @@ class DeviceLink : public RingElements {
   virtual std::shared_ptr<void> mark_input() = 0;
   // On the thread that runs it, before anything is enqueued: the comm stream waits for it.
   virtual void wait_input(const std::shared_ptr<void>& mark) = 0;
-  // A buffer that is not this GPU's memory is one line naming op and name.
-  virtual void check_buffer(const void* p, size_t bytes, const char* op, const char* name) = 0;
+  // True for host memory (a collective on host buffers goes over the host channel).
+  virtual bool is_host_memory(const void* p) = 0;
 };
 
 // The cuda transport's RingChannel over a host control channel (see the top of the file).
+// Collectives whose buffers are all host memory (the trainer's scalars, the clip norm's
+// partials) run on the control channel itself, as the shm transport would run them:
+// control_channel_of gives it (null for a channel that is not the cuda transport's).
 // Needs nslots >= control_lookahead + 1.
 std::unique_ptr<RingChannel> make_device_ring_channel(std::unique_ptr<RingChannel> control, uint32_t control_lookahead,
                                                       std::shared_ptr<DeviceLink> link, void* right_inbox,
                                                       uint32_t nslots, size_t slot_bytes, int rank, int nranks);
+
+RingChannel* control_channel_of(RingChannel* channel);
 
 // Device slots per ring edge for a host channel with kSlotsPerEdge slots.
 uint32_t cuda_inbox_slots();

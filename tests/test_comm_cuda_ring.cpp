@@ -100,7 +100,17 @@ class FakeLink final : public DeviceLink {
     FakeInputStream* in = input_;
     if (in != nullptr) stream_.push_back([in, n] { in->run_until(n); });
   }
-  void check_buffer(const void*, size_t, const char*, const char*) override {}
+  // "Host memory" is whatever the test declared so; everything else is the fake GPU's.
+  bool is_host_memory(const void* p) override {
+    std::lock_guard<std::mutex> l(host_mu_);
+    for (auto [lo, n] : host_)
+      if (p >= lo && p < static_cast<const char*>(lo) + n) return true;
+    return false;
+  }
+  void declare_host(const void* p, size_t bytes) {
+    std::lock_guard<std::mutex> l(host_mu_);
+    host_.push_back({p, bytes});
+  }
 
   int syncs = 0;
 
@@ -108,6 +118,8 @@ class FakeLink final : public DeviceLink {
   std::vector<unsigned char> inbox_, scratch_;
   std::deque<std::function<void()>> stream_;
   FakeInputStream* input_;
+  std::mutex host_mu_;
+  std::vector<std::pair<const void*, size_t>> host_;
 };
 
 // Every round of one rank (RingObserver), without the data pointers.
@@ -360,6 +372,42 @@ TEST_CASE("cuda transport (fake device): a collective follows the input stream u
     CHECK(ran_at_done[r] == 1);  // the fill, not the later op
     CHECK(later[r][0] == 0.0f);
   }
+}
+
+TEST_CASE("cuda transport (fake device): host buffers go over the host channel, between device collectives") {
+  CommOptions opts;
+  opts.timeout_s = 30;
+  opts.segment_bytes = 32;
+  const int N = 3;
+  CudaRingRanks R = make_fake_cuda_ranks(N, opts);
+  std::vector<int> syncs_before(N), syncs_after(N);
+  auto errors = rz::testing::run_ranks(N, [&](int r) {
+    Communicator& c = *R.comms[r];
+    const size_t count = 37;
+    std::vector<float> dev(count), host(count), host_all(count * N);
+    R.links[r]->declare_host(host.data(), host.size() * sizeof(float));
+    R.links[r]->declare_host(host_all.data(), host_all.size() * sizeof(float));
+    for (int k = 0; k < 3; ++k) {
+      for (size_t i = 0; i < count; ++i) dev[i] = host[i] = value_of(r, i + k);
+      c.all_reduce(dev.data(), count, DType::f32, ReduceOp::sum);  // device path
+      syncs_before[r] = R.links[r]->syncs;
+      c.all_reduce(host.data(), count, DType::f32, ReduceOp::sum);  // host path: no device work
+      syncs_after[r] = R.links[r]->syncs;
+      RANK_REQUIRE(std::memcmp(dev.data(), host.data(), count * sizeof(float)) == 0);
+      c.all_gather(host.data(), host_all.data(), count * N, DType::f32);
+      for (int q = 0; q < N; ++q)
+        RANK_REQUIRE(std::memcmp(&host_all[q * count], host.data(), count * sizeof(float)) == 0);
+    }
+    bool refused = false;
+    try {
+      c.all_gather(dev.data(), host_all.data(), count * N, DType::f32);  // device shard, host output
+    } catch (const Error& e) {
+      refused = std::string(e.what()).find("host and GPU buffers in one collective") != std::string::npos;
+    }
+    RANK_REQUIRE(refused);
+  });
+  for (auto& e : errors) REQUIRE(e.empty());
+  for (int r = 0; r < N; ++r) CHECK(syncs_after[r] == syncs_before[r]);
 }
 
 TEST_CASE("cuda transport: fewer device slots than the control channel's lookahead + 1 is refused") {

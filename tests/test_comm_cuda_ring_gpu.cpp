@@ -1,7 +1,7 @@
 // The ring's cuda transport on a GPU: 2 and 4 rank processes sharing GPU 0 (CUDA IPC
 // between them). Every collective, blocking and async, fp32 and bf16, sum and avg, on
 // counts that N does not divide and on counts of many segments, against closed forms;
-// all_reduce == reduce_scatter + all_gather bitwise; a host pointer refused with one line;
+// all_reduce == reduce_scatter + all_gather bitwise; host buffers over the host channel, a mix refused;
 // comm-bench --device cuda --comm ring checked by its #wrong column; and a rank killed
 // mid-benchmark makes the other fail within its --comm-timeout.
 // Without the CUDA backend or a GPU it exits 77 (CTest: skipped). The parent never touches
@@ -118,15 +118,20 @@ void check_rank(Communicator& c) {
         GPU_REQUIRE(a.host.get(i) == expected_reduce(N, i, ReduceOp::sum, dt), "async %s count %zu: element %zu",
                     dtype_name(dt), count, i);
     }
-  // A host pointer is one line, before anything moves.
-  std::vector<float> host(4, 1.0f);
+  // Host buffers go over the host channel; a host and a GPU buffer in one call are one line.
+  std::vector<float> host(7);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = value_of(r, i);
+  c.all_reduce(host.data(), host.size(), DType::f32, ReduceOp::sum);
+  for (size_t i = 0; i < host.size(); ++i)
+    GPU_REQUIRE(host[i] == expected_reduce(N, i, ReduceOp::sum, DType::f32), "host all_reduce: element %zu", i);
+  DevTensor d(DType::f32, size_t(N) * 7);
   bool refused = false;
   try {
-    c.all_reduce(host.data(), 4, DType::f32, ReduceOp::sum);
+    c.all_gather(host.data(), d.ptr(), size_t(N) * 7, DType::f32);
   } catch (const Error& e) {
-    refused = std::string(e.what()).find("not device memory") != std::string::npos;
+    refused = std::string(e.what()).find("host and GPU buffers in one collective") != std::string::npos;
   }
-  GPU_REQUIRE(refused, "a host buffer was not refused");
+  GPU_REQUIRE(refused, "a host shard with a GPU output was not refused");
 }
 
 }  // namespace
