@@ -131,6 +131,9 @@ void Trainer::setup() {
            "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
            "host, over its cuda transport) or --comm nccl",
            device_name(device_).c_str(), world_);
+  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.strategy != StrategyKind::zero3,
+           "device %s with %d ranks: zero3 runs on CPU ranks only in this build (GPU ranks: ddp, zero1 or zero2)",
+           device_name(device_).c_str(), world_);
   if (!device_.is_cpu() && world_ > 1 && cfg_.device == "cuda") {
     // Plain `cuda` on several ranks: rank r takes GPU LOCAL_RANK mod the visible GPUs, the
     // one its communicator picks.
