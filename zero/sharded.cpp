@@ -1,6 +1,7 @@
 #include "zero/sharded.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/bf16.h"
 #include "base/check.h"
@@ -10,23 +11,41 @@ namespace rz {
 
 ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : StrategyCore(model, comm, opts) {
-  // The owned-shard bookkeeping below (ranges_to_owned, owned_to_ranges) and the ring's
-  // copies work on host memory; GPU ranks get them with the device-memory ring.
-  RZ_CHECK(model.device().is_cpu(),
-           "%s on %s: the sharded strategies run on CPU ranks only in this build; use ddp on a GPU",
+  // zero1 and zero2 run on GPU ranks too (their owned arrays on the model's device); zero3's
+  // parameter gate is host code.
+  RZ_CHECK(model.device().is_cpu() || opts.kind != StrategyKind::zero3,
+           "%s on %s: zero3 runs on CPU ranks only in this build; use ddp, zero1 or zero2 on a GPU",
            strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
+  const Device dev = model.device();
   if (precision_ == Precision::bf16) {
     // Bucket by bucket from the model's bf16 params: no full-size fp32 copy.
-    master_.allocate(MemTag::master, owned);
+    master_.allocate(MemTag::master, owned, dev);
     const bf16* params = static_cast<const bf16*>(model_.params());
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
       auto [lo, hi] = plan_.owned_layout_range(b, rank_);
       be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
     }
   }
-  m_.allocate(MemTag::adam_m, owned);
-  v_.allocate(MemTag::adam_v, owned);
+  m_.allocate(MemTag::adam_m, owned, dev);
+  v_.allocate(MemTag::adam_v, owned, dev);
+}
+
+// The owned array `a` readable on the host: itself on a CPU rank, else a host copy in `tmp`.
+const float* ShardedStrategy::host_view(const Buffer<float>& a, std::vector<float>& tmp) const {
+  if (a.device().is_cpu()) return a.data();
+  tmp.resize(a.size());
+  be_.copy_to_host(tmp.data(), a.data(), a.size() * sizeof(float));
+  return tmp.data();
+}
+
+// Fills the owned array `a` from the full layout array through ranges_to_owned (on a GPU
+// rank through a host copy of the owned size).
+void ShardedStrategy::set_owned(Buffer<float>& a, const float* full) {
+  if (a.device().is_cpu()) return ranges_to_owned(plan_, rank_, full, a.data());
+  std::vector<float> tmp(a.size());
+  ranges_to_owned(plan_, rank_, full, tmp.data());
+  be_.copy_from_host(a.data(), tmp.data(), tmp.size() * sizeof(float));
 }
 
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {
@@ -82,26 +101,33 @@ std::vector<std::pair<size_t, size_t>> ShardedStrategy::owned_ranges() const {
 
 void ShardedStrategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m,
                                           std::vector<float>& v) const {
+  std::vector<float> tmp;
   if (!master_.empty()) {
-    owned_to_ranges(plan_, rank_, master_.data(), master);
+    owned_to_ranges(plan_, rank_, host_view(master_, tmp), master);
   } else {  // fp32 mode: the owned parameters are the master weights
     master.clear();
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
       auto [lo, hi] = plan_.owned_layout_range(b, rank_);
       const float* p = reinterpret_cast<const float*>(owned_param(b, lo));
-      master.insert(master.end(), p, p + (hi - lo));
+      if (model_.device().is_cpu()) {
+        master.insert(master.end(), p, p + (hi - lo));
+      } else if (hi > lo) {
+        const size_t at = master.size();
+        master.resize(at + (hi - lo));
+        be_.copy_to_host(master.data() + at, p, (hi - lo) * sizeof(float));
+      }
     }
   }
-  owned_to_ranges(plan_, rank_, m_.data(), m);
-  owned_to_ranges(plan_, rank_, v_.data(), v);
+  owned_to_ranges(plan_, rank_, host_view(m_, tmp), m);
+  owned_to_ranges(plan_, rank_, host_view(v_, tmp), v);
 }
 
 void ShardedStrategy::set_optimizer_state(const float* master_full, const float* m_full,
                                           const float* v_full, uint64_t step) {
   set_params_from_master(master_full);
-  if (!master_.empty()) ranges_to_owned(plan_, rank_, master_full, master_.data());
-  ranges_to_owned(plan_, rank_, m_full, m_.data());
-  ranges_to_owned(plan_, rank_, v_full, v_.data());
+  if (!master_.empty()) set_owned(master_, master_full);
+  set_owned(m_, m_full);
+  set_owned(v_, v_full);
   t_ = step;
 }
 

@@ -43,7 +43,11 @@ class ShardedStrategy : public StrategyCore {
   // The model's parameters from a full fp32 array (zero3: only this rank's shard of it).
   virtual void set_params_from_master(const float* master_full) { model_.set_params_f32(master_full); }
 
-  Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master
+  // get / set of the optimizer state on a GPU rank go through owned-size host copies.
+  const float* host_view(const Buffer<float>& a, std::vector<float>& tmp) const;
+  void set_owned(Buffer<float>& a, const float* full);
+
+  Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master; on the model's device
   Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v
 };
 
