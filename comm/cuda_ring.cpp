@@ -108,6 +108,28 @@ class CudaLink final : public DeviceLink {
     return scratch_;
   }
 
+  void* host_staging(size_t bytes) override {
+    if (bytes <= host_stage_bytes_) return host_stage_;
+    synchronize();  // queued copies may still use the old one
+    if (host_stage_ != nullptr) cuda("cudaFreeHost(staging)", cudaFreeHost(host_stage_));
+    host_stage_ = nullptr;
+    host_stage_bytes_ = 0;
+    cuda("cudaMallocHost(staging)", cudaMallocHost(&host_stage_, bytes));
+    host_stage_bytes_ = bytes;
+    return host_stage_;
+  }
+
+  void* device_staging(size_t bytes) override {
+    if (bytes <= dev_stage_bytes_) return dev_stage_;
+    synchronize();
+    if (dev_stage_ != nullptr) cuda("cudaFree(staging)", cudaFree(dev_stage_));
+    dev_stage_ = nullptr;
+    dev_stage_bytes_ = 0;
+    cuda("cudaMalloc(staging)", cudaMalloc(&dev_stage_, bytes));
+    dev_stage_bytes_ = bytes;
+    return dev_stage_;
+  }
+
   // Polls an event rather than cudaStreamSynchronize, so the wait is bounded and several
   // ranks on one host do not each spin a core inside the driver.
   void synchronize() override {
@@ -160,6 +182,9 @@ class CudaLink final : public DeviceLink {
     if (right_inbox_ != nullptr) (void)cudaIpcCloseMemHandle(right_inbox_);
     if (inbox_ != nullptr) (void)cudaFree(inbox_);
     if (scratch_ != nullptr) (void)cudaFree(scratch_);
+    if (dev_stage_ != nullptr) (void)cudaFree(dev_stage_);
+    if (host_stage_ != nullptr) (void)cudaFreeHost(host_stage_);
+    dev_stage_ = host_stage_ = nullptr;
     if (done_ != nullptr) (void)cudaEventDestroy(done_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     right_inbox_ = inbox_ = scratch_ = nullptr;
@@ -176,6 +201,10 @@ class CudaLink final : public DeviceLink {
   void* right_inbox_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  void* host_stage_ = nullptr;  // pinned, one segment (across hosts)
+  size_t host_stage_bytes_ = 0;
+  void* dev_stage_ = nullptr;   // one received segment (across hosts)
+  size_t dev_stage_bytes_ = 0;
 };
 
 }  // namespace

@@ -105,7 +105,47 @@ class DeviceRingChannel final : public RingChannel {
   uint64_t sent_ = 0, received_ = 0;  // data messages on each edge
 };
 
+// GPU buffers over a host channel, one staged segment at a time (device_ring.h).
+class StagingRingChannel final : public RingChannel {
+ public:
+  StagingRingChannel(std::unique_ptr<RingChannel> host, std::shared_ptr<DeviceLink> link)
+      : host_(std::move(host)), link_(std::move(link)) {}
+  ~StagingRingChannel() override { host_->close(); }
+
+  void send(const void* src, size_t bytes, MsgTag tag) override {
+    if (tag != MsgTag::data || bytes == 0) return host_->send(src, bytes, tag);
+    void* stage = link_->host_staging(bytes);
+    link_->copy(stage, src, bytes);
+    link_->synchronize();  // the bytes are on the host before they are sent
+    host_->send(stage, bytes, tag);  // returns when they are out of stage
+  }
+
+  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
+    if (tag != MsgTag::data || bytes == 0) return host_->recv(bytes, tag, consume);
+    void* stage = link_->device_staging(bytes);
+    host_->recv(bytes, tag, [&](const void* incoming) {
+      link_->copy(stage, incoming, bytes);
+      consume(stage);
+      link_->synchronize();  // copied and consumed before the host slot is released
+    });
+  }
+
+  size_t max_message_bytes() const override { return host_->max_message_bytes(); }
+  void close() override { host_->close(); }
+  RingChannel* control() { return host_.get(); }
+
+ private:
+  std::unique_ptr<RingChannel> host_;
+  std::shared_ptr<DeviceLink> link_;
+};
+
 }  // namespace
+
+std::unique_ptr<RingChannel> make_staging_ring_channel(std::unique_ptr<RingChannel> host,
+                                                       std::shared_ptr<DeviceLink> link) {
+  RZ_CHECK(host != nullptr && link != nullptr, "cuda transport: a staging channel needs a host channel and a link");
+  return std::make_unique<StagingRingChannel>(std::move(host), std::move(link));
+}
 
 std::string encode_inbox_record(const InboxRecord& rec) {
   static const char kHex[] = "0123456789abcdef";
@@ -169,8 +209,9 @@ InboxRecord exchange_inbox_records(StoreClient& store, int rank, int nranks, con
 uint32_t cuda_inbox_slots() { return kSlotsPerEdge + 1; }
 
 RingChannel* control_channel_of(RingChannel* channel) {
-  auto* d = dynamic_cast<DeviceRingChannel*>(channel);
-  return d != nullptr ? d->control() : nullptr;
+  if (auto* d = dynamic_cast<DeviceRingChannel*>(channel)) return d->control();
+  if (auto* st = dynamic_cast<StagingRingChannel*>(channel)) return st->control();
+  return nullptr;
 }
 
 std::unique_ptr<RingChannel> make_device_ring_channel(std::unique_ptr<RingChannel> control, uint32_t control_lookahead,

@@ -1,7 +1,8 @@
 // comm/device_ring.h: the ring's `cuda` transport, its host side (no CUDA in this file).
 //
 // Ranks are processes on one host, each with its buffers in GPU memory (several ranks may
-// share one GPU). The ring algorithm is ring.cpp's, unchanged: the same chunks, segments,
+// share one GPU); across hosts a simpler channel stages through pinned host memory over
+// tcp (make_staging_ring_channel, below). The ring algorithm is ring.cpp's, unchanged: the same chunks, segments,
 // rounds and byte counts. Only where the bytes go differs:
 //   inbox     nslots x slot_bytes of device memory per rank, written by its left neighbour.
 //             Its CUDA IPC handle is published in the rendezvous store (every store
@@ -85,6 +86,10 @@ class DeviceLink : public RingElements {
   virtual void wait_input(const std::shared_ptr<void>& mark) = 0;
   // True for host memory (a collective on host buffers goes over the host channel).
   virtual bool is_host_memory(const void* p) = 0;
+  // Across hosts (make_staging_ring_channel): grow-only pinned host memory and device
+  // memory for one segment each, owned by the link.
+  virtual void* host_staging(size_t bytes) = 0;
+  virtual void* device_staging(size_t bytes) = 0;
 };
 
 // The cuda transport's RingChannel over a host control channel (see the top of the file).
@@ -97,6 +102,14 @@ std::unique_ptr<RingChannel> make_device_ring_channel(std::unique_ptr<RingChanne
                                                       uint32_t nslots, size_t slot_bytes, int rank, int nranks);
 
 RingChannel* control_channel_of(RingChannel* channel);
+
+// Ranks on several hosts (or --transport tcp): GPU buffers staged through pinned host
+// memory over a host channel (tcp). A data segment send copies the segment device to
+// pinned host on the comm stream, waits, and sends the host bytes; a receive copies the
+// received bytes to a device staging segment, hands that to ring.cpp, and waits for the
+// consuming kernel before the host slot is released. Other messages pass unchanged.
+std::unique_ptr<RingChannel> make_staging_ring_channel(std::unique_ptr<RingChannel> host,
+                                                       std::shared_ptr<DeviceLink> link);
 
 // Device slots per ring edge for a host channel with kSlotsPerEdge slots.
 uint32_t cuda_inbox_slots();

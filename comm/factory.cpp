@@ -139,9 +139,6 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
   if (cuda_ring) {
     const std::string why = cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
-    RZ_CHECK(opts.transport != "tcp",
-             "comm ring with GPU buffers: the ring's cuda transport needs all ranks on one host; --transport tcp "
-             "(GPU ranks on several hosts) is not built: use --comm nccl");
     if (opts.segment_bytes == CommOptions{}.segment_bytes) opts.segment_bytes = kCudaDefaultSegmentBytes;
   }
   if (env.world_size == 1 && nccl) return make_nccl_communicator(env, opts, nullptr, nullptr);
@@ -178,13 +175,21 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
   std::string transport = opts.transport;
   store.set(strfmt("host/%d", env.rank), host_identity());
   if (cuda_ring) {
+    // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):
+    // staged through pinned host memory over tcp.
+    bool one_host = transport != "tcp";
     const std::string mine = host_identity();
-    for (int r = 0; r < env.world_size; ++r) {
-      const std::string theirs = store.get(strfmt("host/%d", r));
-      RZ_CHECK(theirs == mine,
-               "comm ring with GPU buffers: rank %d runs on %s, rank %d on %s: the ring's cuda transport needs all "
-               "ranks on one host (across hosts use --comm nccl)",
-               env.rank, mine.c_str(), r, theirs.c_str());
+    for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
+    RZ_CHECK(one_host || opts.transport != "shm",
+             "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
+    if (!one_host) {
+      std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, 0);
+      auto comm = std::make_unique<RingCommunicator>(
+          env.rank, env.world_size, "cuda-tcp", make_staging_ring_channel(connect_tcp_channel(env, opts, store), link),
+          opts);
+      comm->set_device(link);
+      if (server) comm->keep_alive(server);
+      return comm;
     }
     std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, size_t(cuda_inbox_slots()) * opts.segment_bytes);
     auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, "cuda",

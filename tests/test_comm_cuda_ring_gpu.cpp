@@ -1,5 +1,5 @@
 // The ring's cuda transport on a GPU: 2 and 4 rank processes sharing GPU 0 (CUDA IPC
-// between them). Every collective, blocking and async, fp32 and bf16, sum and avg, on
+// between them), and 2 over its across-hosts form (pinned host staging over tcp). Every collective, blocking and async, fp32 and bf16, sum and avg, on
 // counts that N does not divide and on counts of many segments, against closed forms;
 // all_reduce == reduce_scatter + all_gather bitwise; host buffers over the host channel, a mix refused;
 // comm-bench --device cuda --comm ring checked by its #wrong column; and a rank killed
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/memory.h"
@@ -60,9 +61,10 @@ struct DevTensor {
   } while (0)
 
 // One rank: every collective on device buffers against its closed form.
-void check_rank(Communicator& c) {
+void check_rank(Communicator& c, const std::string& transport) {
   const int N = c.size(), r = c.rank();
-  GPU_REQUIRE(c.transport_name() == "cuda", "transport is %s", c.transport_name().c_str());
+  GPU_REQUIRE(c.transport_name() == transport, "transport is %s, expected %s", c.transport_name().c_str(),
+              transport.c_str());
   for (DType dt : {DType::f32, DType::bf16})
     for (size_t count : {size_t(0), size_t(1), size_t(N) + 1, size_t(7), size_t(1000003)}) {
       const ShardRange mine = shard_of(count, N, r);
@@ -137,15 +139,19 @@ void check_rank(Communicator& c) {
 }  // namespace
 
 TEST_CASE("cuda transport: 2 and 4 ranks on GPU 0, every collective against closed forms, odd counts") {
-  for (int N : {2, 4}) {
+  // auto: device to device through CUDA IPC; tcp: the across-hosts form (pinned staging), here on one host.
+  for (auto [N, transport, name] : {std::tuple<int, const char*, const char*>{2, "auto", "cuda"}, {4, "auto", "cuda"},
+                                    {2, "tcp", "cuda-tcp"}}) {
     CommOptions o;
     o.device_buffers = true;
     o.cuda_device = 0;
+    o.transport = transport;
     o.segment_bytes = 64 << 10;  // 1000003 fp32 elements: 62 segments, each device slot reused
     o.timeout_s = 60;
-    auto results = rz::testing::run_process_ranks(N, o, check_rank, 240);
+    const std::string expect = name;
+    auto results = rz::testing::run_process_ranks(N, o, [&](Communicator& c) { check_rank(c, expect); }, 240);
     for (int r = 0; r < N; ++r) {
-      INFO(N << " ranks, rank " << r << ": " << results[r].error);
+      INFO(N << " ranks, transport " << transport << ", rank " << r << ": " << results[r].error);
       CHECK(results[r].status == 0);
     }
   }

@@ -273,7 +273,7 @@ int run_comm_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
   app.add_option("--device", a.device,
                  "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
-                 "transport, ranks on one host, several may share a GPU, segment 16M unless --segment-bytes; cuda "
+                 "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
                  "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never "
                  "run on a GPU yet)")
       ->capture_default_str();
