@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "comm/device_ring.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/ring_communicator.h"
@@ -76,6 +77,18 @@ std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv&, const CommO
 }
 #endif
 
+#ifndef RINGZERO_HAVE_CUDA_RING
+std::string cuda_ring_unavailable() {
+  return "this ringzero was built without CUDA (the ring's cuda transport needs nvcc; CMake option RINGZERO_CUDA)";
+}
+int cuda_ring_device_for(const RankEnv&, const CommOptions&) {
+  RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
+}
+std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, size_t) {
+  RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
+}
+#endif
+
 RankEnv rank_env_from_environment() {
   RankEnv e;
   struct Launcher {
@@ -122,7 +135,18 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
            opts.transport.c_str());
   RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
            "rank %d of world size %d is out of range", env.rank, env.world_size);
+  const bool cuda_ring = !nccl && opts.device_buffers;
+  if (cuda_ring) {
+    const std::string why = cuda_ring_unavailable();
+    RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
+    if (opts.segment_bytes == CommOptions{}.segment_bytes) opts.segment_bytes = kCudaDefaultSegmentBytes;
+  }
   if (env.world_size == 1 && nccl) return make_nccl_communicator(env, opts, nullptr, nullptr);
+  if (env.world_size == 1 && cuda_ring) {
+    auto comm = std::make_unique<RingCommunicator>(0, 1, "cuda", nullptr, opts);
+    comm->set_device(make_cuda_link(env, opts, 0));
+    return comm;
+  }
   if (env.world_size == 1)
     return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
   RZ_CHECK(!env.job_token.empty(),
@@ -150,6 +174,31 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
 
   std::string transport = opts.transport;
   store.set(strfmt("host/%d", env.rank), host_identity());
+  if (cuda_ring) {
+    // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):
+    // staged through pinned host memory over tcp.
+    bool one_host = transport != "tcp";
+    const std::string mine = host_identity();
+    for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
+    RZ_CHECK(one_host || opts.transport != "shm",
+             "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
+    if (!one_host) {
+      std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, 0);
+      auto comm = std::make_unique<RingCommunicator>(
+          env.rank, env.world_size, "cuda-tcp", make_staging_ring_channel(connect_tcp_channel(env, opts, store), link),
+          opts);
+      comm->set_device(link);
+      if (server) comm->keep_alive(server);
+      return comm;
+    }
+    std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, size_t(cuda_inbox_slots()) * opts.segment_bytes);
+    auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, "cuda",
+                                                   connect_cuda_channel(env, opts, store, link, opts.segment_bytes),
+                                                   opts);
+    comm->set_device(link);
+    if (server) comm->keep_alive(server);
+    return comm;
+  }
   if (transport == "auto") {
     transport = "shm";
     std::string mine = host_identity();

@@ -23,8 +23,9 @@ struct CommOptions {
   double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
-  int cuda_device = -1;             // nccl: the GPU of this rank; -1: local rank modulo the visible GPUs
-  void* cuda_stream = nullptr;      // nccl: the cudaStream_t that produces the buffers; null: the legacy default stream
+  int cuda_device = -1;             // nccl, ring with device_buffers: the GPU of this rank; -1: local rank modulo the visible GPUs
+  void* cuda_stream = nullptr;      // nccl, ring with device_buffers: the cudaStream_t that produces the buffers; null: the legacy default stream
+  bool device_buffers = false;      // ring: the buffers are GPU memory, so the ring runs over its cuda transport (one host: CUDA IPC; several, or tcp: staged through pinned host memory)
 };
 
 // The identity of this process as a rank, read from the environment. The rank, world size

@@ -114,7 +114,10 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
     const int divide_by = last_hop && op == ReduceOp::avg ? N : 0;
     observe(ctx, CollectiveKind::reduce_scatter, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
     exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
-      reduce_elements(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
+      if (ctx.elements != nullptr)
+        ctx.elements->reduce(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
+      else
+        reduce_elements(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
     });
     observe(ctx, CollectiveKind::reduce_scatter, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
@@ -131,7 +134,10 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt) {
     char* recv_dst = out + rc.offset * esz;
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
     exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
-      std::memcpy(recv_dst + first * esz, incoming, n * esz);
+      if (ctx.elements != nullptr)
+        ctx.elements->copy(recv_dst + first * esz, incoming, n * esz);
+      else
+        std::memcpy(recv_dst + first * esz, incoming, n * esz);
     });
     observe(ctx, CollectiveKind::all_gather, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
@@ -166,15 +172,21 @@ void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
   const size_t esz = dtype_size(dtype);
   if (ctx.nranks == 1) {
-    if (count > 0 && in != out) std::memmove(out, in, count * esz);
+    if (count > 0 && in != out && ctx.elements != nullptr) ctx.elements->copy(out, in, count * esz);
+    else if (count > 0 && in != out) std::memmove(out, in, count * esz);
     return;
   }
   // Partial sums of chunks this rank only passes on live in one chunk-sized work buffer:
   // the round that receives chunk c into it is followed by the round that sends it, and
   // each segment is sent before the next receive overwrites it.
   size_t S = shard_of(count, ctx.nranks, 0).count;
-  if (ctx.work->size() < S * esz) ctx.work->allocate(MemTag::comm, S * esz);
-  char* work = reinterpret_cast<char*>(ctx.work->data());
+  char* work = nullptr;
+  if (ctx.elements != nullptr) {
+    work = static_cast<char*>(ctx.elements->scratch(S * esz));
+  } else {
+    if (ctx.work->size() < S * esz) ctx.work->allocate(MemTag::comm, S * esz);
+    work = reinterpret_cast<char*>(ctx.work->data());
+  }
   reduce_scatter_phase(ctx, static_cast<const char*>(in), static_cast<char*>(out), count, dtype, op,
                        [work](int) { return work; });
 }
@@ -194,7 +206,10 @@ void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t coun
   const size_t esz = dtype_size(dtype);
   ShardRange mine = shard_of(count, ctx.nranks, ctx.rank);
   char* o = static_cast<char*>(out);
-  if (mine.count > 0 && shard != o + mine.offset * esz) std::memmove(o + mine.offset * esz, shard, mine.count * esz);
+  if (mine.count > 0 && shard != o + mine.offset * esz && ctx.elements != nullptr)
+    ctx.elements->copy(o + mine.offset * esz, shard, mine.count * esz);
+  else if (mine.count > 0 && shard != o + mine.offset * esz)
+    std::memmove(o + mine.offset * esz, shard, mine.count * esz);
   if (ctx.nranks == 1) return;
   all_gather_phase(ctx, o, count, dtype);
 }
@@ -213,7 +228,10 @@ void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int 
     size_t n = std::min(seg, count - s * seg);
     char* p = b + s * seg * esz;
     if (r != root) {
-      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { std::memcpy(p, incoming, n * esz); });
+      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) {
+        if (ctx.elements != nullptr) ctx.elements->copy(p, incoming, n * esz);
+        else std::memcpy(p, incoming, n * esz);
+      });
       ctx.bytes_recv += n * esz;
     }
     if (r == root || forwards) {

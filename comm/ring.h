@@ -48,8 +48,23 @@ struct Fingerprint {
 };
 std::string describe(const Fingerprint& fp);
 
+// How the ring touches element data in the rank's buffers. Null in RingContext: host
+// code (memcpy, reduce_elements, ctx.work). The cuda transport (comm/device_ring.h) passes
+// one that enqueues copies and a reduce kernel on its comm stream: the reduction is an
+// argument of the algorithm (gloo), the schedule does not change.
+class RingElements {
+ public:
+  virtual ~RingElements() = default;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // dst and src do not overlap
+  // reduce_elements' contract, on the elements' memory.
+  virtual void reduce(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by) = 0;
+  // ReduceScatter's partial-sum chunk: at least bytes, grow-only, owned by the elements.
+  virtual void* scratch(size_t bytes) = 0;
+};
+
 struct RingContext {
   RingChannel* channel = nullptr;  // null only when nranks == 1
+  RingElements* elements = nullptr;  // null: buffers are host memory
   int rank = 0;
   int nranks = 1;
   size_t segment_bytes = 1u << 20;

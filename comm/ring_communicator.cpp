@@ -31,6 +31,8 @@ struct RingCommunicator::Task {
   Body body;
   OnDone on_done;
   std::shared_ptr<RingWork> work;
+  std::shared_ptr<void> input_mark;  // cuda transport: the input stream at issue time
+  bool host_path = false;            // cuda transport: host buffers, on the control channel
   int trace_bucket = -1;  // the issuing thread's trace::bucket(), for the comm track
 };
 
@@ -70,23 +72,28 @@ RingCommunicator::~RingCommunicator() {
   if (channel_) channel_->close();
 }
 
-void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body) {
+void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body,
+                               const std::shared_ptr<void>& input_mark, bool host_path) {
   RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
   const uint64_t seq = ++seq_;
   RingContext ctx;
-  ctx.channel = channel_.get();
+  const bool on_device = device_ != nullptr && !host_path;
+  ctx.channel = host_path && host_channel_ != nullptr ? host_channel_ : channel_.get();
   ctx.rank = rank_;
   ctx.nranks = nranks_;
   ctx.segment_bytes = opts_.segment_bytes;
   ctx.observer = observer_;
   ctx.work = &work_;
+  ctx.elements = on_device ? device_.get() : nullptr;
   auto t0 = Clock::now();
   try {
+    if (on_device) device_->wait_input(input_mark);
     if (opts_.debug && nranks_ > 1) {
       fp.seq = seq;
       ring_check_fingerprint(ctx, fp);
     }
     body(ctx);
+    if (on_device) device_->synchronize();  // finished here means finished on the GPU
   } catch (const Error& e) {
     broken_ = strfmt("rank %d: %s #%llu: %s", rank_, collective_name(kind), static_cast<unsigned long long>(seq), e.what());
     if (channel_) channel_->close();
@@ -111,14 +118,15 @@ void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& 
   trace::span(rank_, trace::Track::comm, collective_name(kind), end - dur, dur, args);
 }
 
-void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body) {
+void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path) {
+  const std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return queue_.empty() && !busy_; });
   busy_ = true;
   l.unlock();
   std::exception_ptr err;
   try {
-    execute(kind, fp, body);
+    execute(kind, fp, body, mark, host_path);
   } catch (...) {
     err = std::current_exception();
   }
@@ -129,9 +137,12 @@ void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, 
   if (err) std::rethrow_exception(err);
 }
 
-WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done) {
+WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done,
+                                     bool host_path) {
   auto work = std::make_shared<RingWork>();
-  auto task = std::make_unique<Task>(Task{kind, fp, std::move(body), std::move(on_done), work, trace::bucket()});
+  std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
+  auto task = std::make_unique<Task>(
+      Task{kind, fp, std::move(body), std::move(on_done), work, std::move(mark), host_path, trace::bucket()});
   std::lock_guard<std::mutex> l(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
   queue_.push_back(std::move(task));
@@ -153,7 +164,7 @@ void RingCommunicator::comm_thread_main() {
     std::exception_ptr err;
     trace::set_bucket(task->trace_bucket);
     try {
-      execute(task->kind, task->fp, task->body);
+      execute(task->kind, task->fp, task->body, task->input_mark, task->host_path);
       if (task->on_done) task->on_done();
     } catch (...) {
       err = std::current_exception();
@@ -174,11 +185,24 @@ void RingCommunicator::comm_thread_main() {
 #define RZ_CHECK_BUF(p, n, name) \
   RZ_CHECK((p) != nullptr || (n) == 0, "%s: %s is null but %zu elements were asked for", what, name, size_t(n))
 
+bool RingCommunicator::host_buffers(const char* op, std::initializer_list<std::pair<const void*, size_t>> bufs) const {
+  if (device_ == nullptr) return false;
+  int host = 0, dev = 0;
+  for (auto [p, n] : bufs)
+    if (p != nullptr && n > 0) (device_->is_host_memory(p) ? host : dev) += 1;
+  RZ_CHECK(host == 0 || dev == 0,
+           "rank %d: %s: host and GPU buffers in one collective (the cuda transport moves GPU buffers device to "
+           "device, and host buffers over its host channel, not both at once)",
+           rank_, op);
+  return host > 0;
+}
+
 void RingCommunicator::all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) {
   const char* what = "all_reduce";
   RZ_CHECK_BUF(buf, count, "buf");
   run_blocking(CollectiveKind::all_reduce, make_fp(CollectiveKind::all_reduce, count, dtype, int(op), -1),
-               [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); });
+               [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); },
+               host_buffers(what, {{buf, count}}));
 }
 
 void RingCommunicator::reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
@@ -186,7 +210,8 @@ void RingCommunicator::reduce_scatter(const void* in, void* out, size_t count, D
   RZ_CHECK_BUF(in, count, "in");
   RZ_CHECK_BUF(out, shard_of(count, nranks_, rank_).count, "out");
   run_blocking(CollectiveKind::reduce_scatter, make_fp(CollectiveKind::reduce_scatter, count, dtype, int(op), -1),
-               [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); });
+               [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); },
+               host_buffers(what, {{in, count}, {out, shard_of(count, nranks_, rank_).count}}));
 }
 
 void RingCommunicator::all_gather(const void* shard, void* out, size_t count, DType dtype) {
@@ -194,7 +219,8 @@ void RingCommunicator::all_gather(const void* shard, void* out, size_t count, DT
   RZ_CHECK_BUF(shard, shard_of(count, nranks_, rank_).count, "shard");
   RZ_CHECK_BUF(out, count, "out");
   run_blocking(CollectiveKind::all_gather, make_fp(CollectiveKind::all_gather, count, dtype, -1, -1),
-               [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); });
+               [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); },
+               host_buffers(what, {{shard, shard_of(count, nranks_, rank_).count}, {out, count}}));
 }
 
 void RingCommunicator::broadcast(void* buf, size_t count, DType dtype, int root) {
@@ -202,7 +228,8 @@ void RingCommunicator::broadcast(void* buf, size_t count, DType dtype, int root)
   RZ_CHECK_BUF(buf, count, "buf");
   RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
   run_blocking(CollectiveKind::broadcast, make_fp(CollectiveKind::broadcast, count, dtype, -1, root),
-               [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); });
+               [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); },
+               host_buffers(what, {{buf, count}}));
 }
 
 void RingCommunicator::barrier() {
@@ -214,7 +241,8 @@ WorkHandle RingCommunicator::all_reduce_async(void* buf, size_t count, DType dty
   const char* what = "all_reduce_async";
   RZ_CHECK_BUF(buf, count, "buf");
   return enqueue(CollectiveKind::all_reduce, make_fp(CollectiveKind::all_reduce, count, dtype, int(op), -1),
-                 [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); }, std::move(on_done));
+                 [=](RingContext& ctx) { ring_all_reduce(ctx, buf, count, dtype, op); }, std::move(on_done),
+                 host_buffers(what, {{buf, count}}));
 }
 
 WorkHandle RingCommunicator::reduce_scatter_async(const void* in, void* out, size_t count, DType dtype, ReduceOp op,
@@ -224,7 +252,8 @@ WorkHandle RingCommunicator::reduce_scatter_async(const void* in, void* out, siz
   RZ_CHECK_BUF(out, shard_of(count, nranks_, rank_).count, "out");
   return enqueue(CollectiveKind::reduce_scatter,
                  make_fp(CollectiveKind::reduce_scatter, count, dtype, int(op), -1),
-                 [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); }, std::move(on_done));
+                 [=](RingContext& ctx) { ring_reduce_scatter(ctx, in, out, count, dtype, op); }, std::move(on_done),
+                 host_buffers(what, {{in, count}, {out, shard_of(count, nranks_, rank_).count}}));
 }
 
 WorkHandle RingCommunicator::all_gather_async(const void* shard, void* out, size_t count, DType dtype, OnDone on_done) {
@@ -232,7 +261,8 @@ WorkHandle RingCommunicator::all_gather_async(const void* shard, void* out, size
   RZ_CHECK_BUF(shard, shard_of(count, nranks_, rank_).count, "shard");
   RZ_CHECK_BUF(out, count, "out");
   return enqueue(CollectiveKind::all_gather, make_fp(CollectiveKind::all_gather, count, dtype, -1, -1),
-                 [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); }, std::move(on_done));
+                 [=](RingContext& ctx) { ring_all_gather(ctx, shard, out, count, dtype); }, std::move(on_done),
+                 host_buffers(what, {{shard, shard_of(count, nranks_, rank_).count}, {out, count}}));
 }
 
 WorkHandle RingCommunicator::broadcast_async(void* buf, size_t count, DType dtype, int root, OnDone on_done) {
@@ -240,7 +270,8 @@ WorkHandle RingCommunicator::broadcast_async(void* buf, size_t count, DType dtyp
   RZ_CHECK_BUF(buf, count, "buf");
   RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
   return enqueue(CollectiveKind::broadcast, make_fp(CollectiveKind::broadcast, count, dtype, -1, root),
-                 [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); }, std::move(on_done));
+                 [=](RingContext& ctx) { ring_broadcast(ctx, buf, count, dtype, root); }, std::move(on_done),
+                 host_buffers(what, {{buf, count}}));
 }
 
 }  // namespace rz

@@ -23,6 +23,7 @@
 #include "base/memory.h"
 #include "comm/channel.h"
 #include "comm/communicator.h"
+#include "comm/device_ring.h"
 #include "comm/factory.h"
 #include "comm/ring.h"
 
@@ -56,6 +57,13 @@ class RingCommunicator final : public Communicator {
 
   // comm-trace watches every round; set it before the first collective.
   void set_observer(RingObserver* observer) { observer_ = observer; }
+  // The cuda transport: buffers are on this link's GPU; collectives follow the input stream
+  // and end with the comm stream finished (device_ring.h). Set it before the first collective.
+  // Collectives on host buffers then run on the channel's host control channel.
+  void set_device(std::shared_ptr<DeviceLink> link) {
+    device_ = std::move(link);
+    host_channel_ = control_channel_of(channel_.get());
+  }
   // Keeps an object alive as long as this communicator (rank 0's rendezvous store).
   void keep_alive(std::shared_ptr<void> p) { keep_alive_.push_back(std::move(p)); }
   double timeout_s() const { return opts_.timeout_s; }
@@ -63,9 +71,13 @@ class RingCommunicator final : public Communicator {
  private:
   using Body = std::function<void(RingContext&)>;
   struct Task;
-  void execute(CollectiveKind kind, Fingerprint fp, const Body& body);
-  void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body);
-  WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done);
+  void execute(CollectiveKind kind, Fingerprint fp, const Body& body, const std::shared_ptr<void>& input_mark,
+               bool host_path);
+  // With a device link: true when every non-empty buffer is host memory (the collective
+  // runs on the host channel), false when all are GPU memory; a mix is an error.
+  bool host_buffers(const char* op, std::initializer_list<std::pair<const void*, size_t>> bufs) const;
+  void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path = false);
+  WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done, bool host_path = false);
   void comm_thread_main();
   // One span on this rank's comm track of the trace (base/trace.h) when a window is open.
   void trace_collective(CollectiveKind kind, const Fingerprint& fp, uint64_t seq, uint64_t bytes_sent,
@@ -76,6 +88,8 @@ class RingCommunicator final : public Communicator {
   std::unique_ptr<RingChannel> channel_;
   CommOptions opts_;
   RingObserver* observer_ = nullptr;
+  std::shared_ptr<DeviceLink> device_;  // the cuda transport; null for host buffers
+  RingChannel* host_channel_ = nullptr; // the cuda transport's control channel (host buffers)
   Buffer<unsigned char> work_;
   CommStats stats_;
   uint64_t seq_ = 0;

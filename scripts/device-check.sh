@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # scripts/device-check.sh: everything ringzero checks on a GPU, in one run of at most
-# ~8 minutes on one H200, for a machine with an NVIDIA GPU, nvcc, CMake, ninja and
+# ~10 minutes on one H200 (the device tool lends 15 in all, start-up included; later
+# steps are skipped when the clock says so), for a machine with an NVIDIA GPU, nvcc, CMake, ninja and
 # python3 with PyTorch but no package registry:
 #   1. build (Release, -Werror, sm_90 unless CUDA_ARCH says otherwise) with the
 #      header-only dependencies from .deps/ (scripts/carry-deps.sh fills it, on a
 #      machine that has the Debian packages; carry .deps along);
 #   2. every GPU test (CTest label "gpu": the op table against the CPU backend, the whole
-#      model on cuda vs cpu), with RINGZERO_CUDA_SYNC=1 so an error names its kernel;
+#      model on cuda vs cpu, nccl, the ring's cuda transport with 2 and 4 ranks on one GPU,
+#      ddp == zero1 == zero2 bitwise on 2 GPU ranks), with RINGZERO_CUDA_SYNC=1 so an
+#      error names its kernel;
 #   3. the GPU step benchmark, `ringzero bench-step --device cuda` (GPT-2 d12, bf16,
 #      T=1024, B=16, with --attention flash too, and, time permitting, B=32);
 #   4. the PyTorch peer, bench/torch_gpt2_step.py (same shapes, torch.compile, bf16
 #      autocast, fused AdamW), which also measures the bf16 GEMM rate for MFU;
 #   5. `ringzero comm-bench --device cuda --comm nccl` on one rank per GPU (up to 4),
 #      1 KiB to 256 MiB, with the copy bandwidth and bound columns (the GPU comm tests,
-#      test_comm_gpu, run in step 2 with label "gpu"); about a minute;
+#      test_comm_gpu, run in step 2 with label "gpu"); about a minute; then the same with
+#      `--comm ring` (its cuda transport) on 2 and on 4 ranks sharing GPU 0;
 # and prints a summary table last. Logs go to $OUT (the device tool's folder) when set,
 # else to out/device-check/. Each step has its own time limit; a failing step is
 # recorded and the script goes on, so one run says as much as it can.
@@ -76,7 +80,8 @@ if run_step build 300 build.log cmake --build "$BUILD" --parallel "$(nproc)" \
 fi
 # The GPU comm tests build on their own, so a failure there leaves the steps above intact.
 if [ $BUILT = 1 ]; then
-  run_step "build comm tests" 120 build-comm.log cmake --build "$BUILD" --parallel "$(nproc)" --target test_comm_gpu
+  run_step "build comm tests" 150 build-comm.log cmake --build "$BUILD" --parallel "$(nproc)" \
+    --target test_comm_gpu test_comm_cuda_ring_gpu test_zero_gpu
 fi
 grep -E "spill (stores|loads)" "$LOGS/build.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" \
   >"$LOGS/ptxas-spills.txt" || true
@@ -84,7 +89,7 @@ export LD_LIBRARY_PATH=$ROOT/.deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
 # --- 2. GPU tests
 if [ $BUILT = 1 ]; then
-  run_step "gpu tests" 240 gpu-tests.log \
+  run_step "gpu tests" 300 gpu-tests.log \
     env RINGZERO_CUDA_SYNC=1 ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error
 fi
 
@@ -119,6 +124,14 @@ if [ $BUILT = 1 ] && [ "$(elapsed)" -lt 600 ]; then
       --comm-timeout 30
   done
 fi
+# --- 5b. the ring's own cuda transport: 2 and 4 ranks sharing GPU 0 (CUDA IPC between them)
+for n in 2 4; do
+  if [ $BUILT = 1 ] && [ "$(elapsed)" -lt 660 ]; then
+    run_step "comm-bench ring all_reduce x$n on GPU 0" 90 "comm-bench-ring-x$n.log" "$BUILD/ringzero" comm-bench \
+      --device cuda:0 --comm ring --nproc "$n" --op all_reduce --min-bytes 1K --max-bytes 256M --iters 10 --warmup 3 \
+      --comm-timeout 30
+  fi
+done
 
 # --- summary (last, so the device tool's reply carries it)
 echo
@@ -131,6 +144,6 @@ echo "ptxas spills (non-zero): $(wc -l <"$LOGS/ptxas-spills.txt" 2>/dev/null || 
 grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b*.log 2>/dev/null | head -n 6
 grep -h -E "GEMM|torch-step" "$LOGS/torch.log" 2>/dev/null
 grep -h -E "test cases|tests passed|tests failed|Skipped|\*\*\*Failed" "$LOGS/gpu-tests.log" 2>/dev/null | head -n 8
-for f in "$LOGS"/comm-bench-nccl-*.log; do
+for f in "$LOGS"/comm-bench-nccl-*.log "$LOGS"/comm-bench-ring-*.log; do
   [ -f "$f" ] && { echo "$(basename "$f"):"; grep -E "copy|^ +(1024|268435456) " "$f"; }
 done

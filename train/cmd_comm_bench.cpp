@@ -8,7 +8,7 @@
 // all_reduce and x (N-1)/N for reduce_scatter and all_gather. "bytes" is the full tensor
 // (all_gather's output, reduce_scatter's input). Time is the slowest rank's average.
 //
-// --device cuda (with --comm nccl): the buffers are on the GPU (inputs uploaded and the
+// --device cuda (with --comm nccl, or --comm ring over its cuda transport): the buffers are on the GPU (inputs uploaded and the
 // checked result downloaded outside the timed loop), and the run first measures this GPU's
 // device-to-device copy bandwidth; each row then adds the bound: the bytes this GPU's ranks
 // move (bytes sent per rank x ranks on the GPU) over that bandwidth, and time's % of it.
@@ -26,6 +26,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "comm/device_ring.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
 #include "comm/nccl_communicator.h"
@@ -271,8 +272,10 @@ int run_comm_bench(int argc, char** argv) {
                  "buffers, needs --device cuda; never run on a GPU yet)")
       ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
   app.add_option("--device", a.device,
-                 "where the buffers live: cpu, or cuda / cuda:K (GPU buffers, --comm nccl only; cuda puts rank r on "
-                 "GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never run on a GPU yet)")
+                 "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
+                 "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
+                 "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never "
+                 "run on a GPU yet)")
       ->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
@@ -305,10 +308,19 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(a.comm != "nccl" || a.transport != "thread", "comm-bench: --comm nccl runs ranks as processes, one per "
            "GPU, not as threads (drop --transport thread)");
   const Device device = parse_device(a.device);
-  RZ_CHECK(device.is_cpu() || a.comm == "nccl",
-           "comm-bench: --device %s with --comm %s: the ring's cuda transport is not built yet; GPU buffers need "
-           "--comm nccl", a.device.c_str(), a.comm.c_str());
+  RZ_CHECK(device.is_cpu() || a.comm != "mpi",
+           "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());
   RZ_CHECK(!device.is_cpu() || a.comm != "nccl", "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
+  const bool cuda_ring = a.comm == "ring" && !device.is_cpu();
+  if (cuda_ring) {
+    RZ_CHECK(a.transport != "thread", "comm-bench: --device %s with --comm ring runs ranks as processes (CUDA IPC "
+             "between them), not as threads (drop --transport thread)", a.device.c_str());
+    const std::string why = cuda_ring_unavailable();
+    RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
+    opts.device_buffers = true;
+    if (app.count("--segment-bytes") == 0) opts.segment_bytes = kCudaDefaultSegmentBytes;
+    if (a.device != "cuda") opts.cuda_device = device.index;
+  }
   if (a.comm == "nccl") {
     const std::string why = nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
@@ -351,13 +363,14 @@ int run_comm_bench(int argc, char** argv) {
            "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.nproc);
   BenchMemory mem;
   std::unique_ptr<Backend> backend;
-  if (a.comm == "nccl") {
-    backend = make_backend(Device{DeviceKind::cuda, nccl_device_for(env, opts)});
+  if (a.comm == "nccl" || cuda_ring) {
+    const int gpu = cuda_ring ? cuda_ring_device_for(env, opts) : nccl_device_for(env, opts);
+    backend = make_backend(Device{DeviceKind::cuda, gpu});
     mem.dev = backend.get();
     mem.copy_gbps = measure_copy_gbps(*backend, std::clamp<size_t>(max_b, 32u << 20, 1u << 30));
   }
   auto comm = connect_communicator(env, opts);
-  uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg, mem);
+  uint64_t wrong = bench_rank(*comm, a, min_b, max_b, opts.segment_bytes, mem);
   if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
   return wrong == 0 ? 0 : 1;
 }

@@ -20,7 +20,9 @@
 #include "base/memory.h"
 #include "base/trace.h"
 #include "base/stop_signal.h"
+#include "comm/device_ring.h"
 #include "comm/factory.h"
+#include "comm/nccl_communicator.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -127,10 +129,20 @@ void Trainer::setup() {
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
   precision_ = cfg_.precision;
   device_ = parse_device(cfg_.device);
-  RZ_CHECK(device_.is_cpu() || world_ == 1,
-           "device %s: GPU training runs one rank per job in this build (GPU ranks need the "
-           "device-memory ring, not built yet); found %d ranks",
+  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != "mpi",
+           "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
+           "host, over its cuda transport) or --comm nccl",
            device_name(device_).c_str(), world_);
+  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.strategy != StrategyKind::zero3,
+           "device %s with %d ranks: zero3 runs on CPU ranks only in this build (GPU ranks: ddp, zero1 or zero2)",
+           device_name(device_).c_str(), world_);
+  if (!device_.is_cpu() && world_ > 1 && cfg_.device == "cuda") {
+    // Plain `cuda` on several ranks: rank r takes GPU LOCAL_RANK mod the visible GPUs, the
+    // one its communicator picks.
+    CommOptions probe;
+    probe.backend = cfg_.comm;
+    device_.index = cfg_.comm == "nccl" ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
+  }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
   RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
 
@@ -177,6 +189,14 @@ void Trainer::setup() {
   copts.backend = cfg_.comm;
   copts.transport = cfg_.transport;
   copts.timeout_s = cfg_.comm_timeout;
+  if (!device_.is_cpu()) {
+    // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
+    // collective follows the legacy default stream, which orders it after the CUDA
+    // backend's (blocking) compute stream: backward's writes to a bucket, AdamW before the
+    // parameter all-gather.
+    copts.device_buffers = true;
+    copts.cuda_device = device_.index;
+  }
   comm_ = connect_communicator(env_, copts);
 
   ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};

@@ -1,6 +1,7 @@
 #include "zero/sharded.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/bf16.h"
 #include "base/check.h"
@@ -10,23 +11,24 @@ namespace rz {
 
 ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : StrategyCore(model, comm, opts) {
-  // The owned-shard bookkeeping below (and state_io.cpp's checkpoint copies) and the ring's
-  // copies work on host memory; GPU ranks get them with the device-memory ring.
-  RZ_CHECK(model.device().is_cpu(),
-           "%s on %s: the sharded strategies run on CPU ranks only in this build; use ddp on a GPU",
+  // zero1 and zero2 run on GPU ranks too (their owned arrays on the model's device); zero3's
+  // parameter gate is host code.
+  RZ_CHECK(model.device().is_cpu() || opts.kind != StrategyKind::zero3,
+           "%s on %s: zero3 runs on CPU ranks only in this build; use ddp, zero1 or zero2 on a GPU",
            strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
+  const Device dev = model.device();
   if (precision_ == Precision::bf16) {
     // Bucket by bucket from the model's bf16 params: no full-size fp32 copy.
-    master_.allocate(MemTag::master, owned);
+    master_.allocate(MemTag::master, owned, dev);
     const bf16* params = static_cast<const bf16*>(model_.params());
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
       auto [lo, hi] = plan_.owned_layout_range(b, rank_);
       be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
     }
   }
-  m_.allocate(MemTag::adam_m, owned);
-  v_.allocate(MemTag::adam_v, owned);
+  m_.allocate(MemTag::adam_m, owned, dev);
+  v_.allocate(MemTag::adam_v, owned, dev);
 }
 
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {

@@ -48,7 +48,10 @@ class ShardedStrategy : public StrategyCore {
   // Copies the part of [begin, begin + n) this rank owns into an owned-shard array.
   void chunk_to_owned(size_t begin, const float* data, size_t n, float* owned) const;
 
-  Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master
+  // Checkpoint get / set (zero/state_io.cpp) go a chunk at a time; on a GPU rank through
+  // a host scratch of one chunk.
+
+  Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master; on the model's device
   Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v
 };
 

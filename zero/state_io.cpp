@@ -114,6 +114,7 @@ void DDPStrategy::set_moment_chunk(StateArray which, size_t begin, const float* 
 // --- zero1, zero2, zero3: the owned shard of every bucket, in bucket order
 
 void ShardedStrategy::visit_optimizer_state(const StateChunkFn& fn) const {
+  Buffer<float> scratch;  // used only when the arrays live in device memory
   for (StateArray a : {StateArray::master, StateArray::m, StateArray::v}) {
     for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
       auto [lo, hi] = plan_.owned_layout_range(b, rank_);
@@ -123,7 +124,7 @@ void ShardedStrategy::visit_optimizer_state(const StateChunkFn& fn) const {
         p = master_.empty() ? reinterpret_cast<const float*>(owned_param(b, lo)) : master_.data() + plan_.owned_offset(b);
       else
         p = (a == StateArray::m ? m_ : v_).data() + plan_.owned_offset(b);
-      fn(a, p, hi - lo);
+      visit_stored_f32(a, p, hi - lo, fn, scratch);
     }
   }
 }
@@ -134,7 +135,7 @@ void ShardedStrategy::chunk_to_owned(size_t begin, const float* data, size_t n, 
   for (int b = plan_.bucket_of(begin); b < static_cast<int>(plan_.buckets.size()) && plan_.buckets[b].begin < end; ++b) {
     auto [lo, hi] = plan_.owned_layout_range(b, rank_);
     const size_t a = std::max(lo, begin), e = std::min(hi, end);
-    if (a < e) std::memcpy(owned + plan_.owned_offset(b) + (a - lo), data + (a - begin), (e - a) * sizeof(float));
+    if (a < e) be_.copy_from_host(owned + plan_.owned_offset(b) + (a - lo), data + (a - begin), (e - a) * sizeof(float));
   }
 }
 

@@ -7,7 +7,7 @@ namespace rz {
 
 Zero1Strategy::Zero1Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
     : ShardedStrategy(model, comm, opts), grads_(plan_, grad_bytes_, be_) {
-  owned_grads_.allocate(MemTag::grads, plan_.owned_numel() * grad_bytes_);
+  owned_grads_.allocate(MemTag::grads, plan_.owned_numel() * grad_bytes_, model.device());
 }
 
 void Zero1Strategy::begin_window() { grads_.zero(); }
