@@ -126,18 +126,21 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 }
 
 // The AllGather phase over out (count elements), which already holds chunk r.
-// Over a channel with direct reads, a chunk of at least kDirectChunkBytes goes as one
+// With allow_direct over a channel with direct reads, a chunk of at least kDirectChunkBytes goes as one
 // reference that the right neighbour copies straight out of `out` (one copy per hop
 // instead of two); smaller chunks, and every chunk elsewhere, go through the slots in
 // segments. Both ends of a hop see the same chunk size, so they agree on the way. Message
 // by message the round keeps exchange_round's order (send one, receive one), so no rank
 // waits on a full inbox while its own is full. Because the right neighbour reads `out`
 // after this rank has moved on, the phase ends by waiting until it has read everything.
-void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt) {
+// AllReduce's AllGather phase does not use direct reads: measured on the 2-core VM it was
+// slower with them (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md), the
+// plain AllGather faster (up to 2.3x at 1 MiB).
+void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool allow_direct) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
   RingChannel& ch = *ctx.channel;
-  const bool direct = ch.direct_reads();
+  const bool direct = allow_direct && ch.direct_reads();
   const size_t seg = segment_elems(ctx, esz);
   bool sent_direct = false;
   for (int k = 1; k <= N - 1; ++k) {
@@ -272,7 +275,7 @@ void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, Red
   // In place: the partial sum of chunk c accumulates in buf's chunk c.
   reduce_scatter_phase(ctx, b, b + shard_of(count, N, ctx.rank).offset * esz, count, dtype, op,
                        [b, count, N, esz](int c) { return b + shard_of(count, N, c).offset * esz; });
-  all_gather_phase(ctx, b, count, dtype);
+  all_gather_phase(ctx, b, count, dtype, false);
 }
 
 void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype) {
@@ -281,7 +284,7 @@ void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t coun
   char* o = static_cast<char*>(out);
   if (mine.count > 0 && shard != o + mine.offset * esz) std::memmove(o + mine.offset * esz, shard, mine.count * esz);
   if (ctx.nranks == 1) return;
-  all_gather_phase(ctx, o, count, dtype);
+  all_gather_phase(ctx, o, count, dtype, true);
 }
 
 void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int root) {
