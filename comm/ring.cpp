@@ -126,8 +126,8 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 }
 
 // The AllGather phase over out (count elements), which already holds chunk r.
-// With allow_direct over a channel with direct reads, a chunk of at least kDirectChunkBytes goes as one
-// reference that the right neighbour copies straight out of `out` (one copy per hop
+// With allow_direct over a channel with direct reads, a chunk of kDirectChunkBytes up to
+// kDirectChunkMaxBytes goes as one reference that the right neighbour copies straight out of `out` (one copy per hop
 // instead of two); smaller chunks, and every chunk elsewhere, go through the slots in
 // segments. Both ends of a hop see the same chunk size, so they agree on the way. Message
 // by message the round keeps exchange_round's order (send one, receive one), so no rank
@@ -148,8 +148,8 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
     ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
     char* send_src = out + sc.offset * esz;
     char* recv_dst = out + rc.offset * esz;
-    const bool send_ref = direct && sc.count * esz >= kDirectChunkBytes;
-    const bool recv_ref = direct && rc.count * esz >= kDirectChunkBytes;
+    auto by_reference = [&](size_t n) { return direct && n * esz >= kDirectChunkBytes && n * esz <= kDirectChunkMaxBytes; };
+    const bool send_ref = by_reference(sc.count), recv_ref = by_reference(rc.count);
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
     const size_t nsend = send_ref ? 1 : (sc.count + seg - 1) / seg, nrecv = recv_ref ? 1 : (rc.count + seg - 1) / seg;
     for (size_t s = 0; s < std::max(nsend, nrecv); ++s) {

@@ -59,9 +59,13 @@ struct RingContext {
   uint64_t bytes_recv = 0;
 };
 
-// AllGather chunks of at least this many bytes go as direct references over a channel
-// with direct_reads() (channel.h); smaller ones are cheaper through the slots.
+// AllGather chunks of kDirectChunkBytes up to kDirectChunkMaxBytes go as direct references
+// over a channel with direct_reads() (channel.h); smaller ones are cheaper through the
+// slots, and larger ones measured slower as references on the 2-core VM (8 MiB chunks:
+// 0.57-0.99x in six alternating runs, 4 MiB chunks 1.09-1.34x; bench/results/
+// comm-targets-2026-11-30b.md).
 constexpr size_t kDirectChunkBytes = 64 * 1024;
+constexpr size_t kDirectChunkMaxBytes = 4u << 20;
 // An AllReduce of at most this many bytes (and at most one segment and one slot) takes
 // the small path: N-1 hops, every rank reduces all inputs in the ring's order (ring.cpp).
 constexpr size_t kSmallAllReduceBytes = 4096;

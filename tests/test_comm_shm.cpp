@@ -155,6 +155,12 @@ TEST_CASE("shm transport: large AllGather chunks are read in place where CMA is 
         // Proof that the chunks were references: once process_vm_readv is denied, a large
         // AllGather fails (with an error naming it) instead of going through the slots.
         if (!deny_process_vm_readv()) throw Error("SKIP: cannot install a seccomp filter");
+        // Chunks above kDirectChunkMaxBytes still go through the slots.
+        const size_t big = N * (kDirectChunkMaxBytes / 4 + 1);
+        std::vector<float> big_shard(shard_of(big, N, c.rank()).count, 2.0f), big_out(big);
+        c.all_gather(big_shard.data(), big_out.data(), big, DType::f32);
+        for (size_t i = 0; i < big; i += 4093)
+          if (big_out[i] != 2.0f) throw Error("all_gather of chunks above the direct-read limit is wrong");
         const size_t count = 4 * kDirectChunkBytes;
         std::vector<float> shard(shard_of(count, N, c.rank()).count, 1.0f), out(count);
         try {
