@@ -24,3 +24,16 @@ for n in (2, 4):
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         for b in (65536, 1 << 20, 16 << 20): row(op, "shm", "openmpi", n, b, 1.5)
     for b in (1 << 20, 4 << 20, 16 << 20, 64 << 20): row("all_reduce", "tcp", "gloo", n, b, 1.5)
+
+if any(k[0] == "ringzero-slots" for k in t):
+    print()
+    print("Direct reads (CMA) on vs off (RINGZERO_SHM_CMA=0), shm:")
+    print()
+    print("| op | N | bytes | direct us | slots us | openmpi us | slots/direct | openmpi/direct |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in (2, 4):
+        for op in ("all_reduce", "all_gather"):
+            for b in (65536, 1 << 20, 16 << 20):
+                a, s_, p = (med.get((i, "shm", op, n, b)) for i in ("ringzero", "ringzero-slots", "openmpi"))
+                if a is None or s_ is None or p is None: continue
+                print(f"| {op} | {n} | {b} | {a:.1f} | {s_:.1f} | {p:.1f} | {s_ / a:.2f}x | {p / a:.2f}x |")

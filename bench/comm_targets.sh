@@ -5,6 +5,7 @@
 # Each repetition runs ringzero and the peer right after each other (alternating), REPS
 # times; bench/comm_targets.py prints the medians and ratios.
 # Usage: bash bench/comm_targets.sh BUILD_DIR > raw.txt; python3 bench/comm_targets.py raw.txt
+#   SLOTS_TOO=1 adds the shm ring with direct reads off (RINGZERO_SHM_CMA=0) for all_gather and all_reduce.
 #   BUILD_DIR configured with -DRINGZERO_BENCH=ON (needs openmpi-bin libopenmpi-dev libgloo-dev).
 set -uo pipefail
 B=${1:?usage: bench/comm_targets.sh BUILD_DIR}
@@ -18,6 +19,10 @@ for rep in $(seq 1 "$REPS"); do
   for N in $NS; do
     for OP in all_reduce reduce_scatter all_gather; do
       rz --op $OP --nproc $N --transport shm --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero shm $OP $N /"
+      # SLOTS_TOO=1: also the shm ring with direct reads (CMA) off, as "ringzero-slots".
+      if [ -n "${SLOTS_TOO:-}" ] && [ "$OP" != reduce_scatter ]; then
+        RINGZERO_SHM_CMA=0 rz --op $OP --nproc $N --transport shm --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-slots shm $OP $N /"
+      fi
       mpi -np $N "$B/bench/bench_mpi_allreduce" 65536 16777216 $ITERS 3 $OP | sed "s/^/openmpi shm $OP $N /"
     done
     rz --op all_reduce --nproc $N --transport shm --min-bytes 8 --max-bytes 8 --iters 2000 --warmup 200 | sed "s/^/ringzero shm latency $N /"

@@ -11,6 +11,15 @@
 //
 // send() returns when the bytes are out of the caller's buffer (copied into the
 // neighbour's slot or handed to the kernel), so the ring may overwrite src at once.
+//
+// Direct reads (registered buffers): a channel whose receiver can read the sender's memory
+// in place (shm with cross-memory attach, process_vm_readv) says so with direct_reads().
+// The ring may then send a chunk as a reference to where it lies (send_direct) and the
+// receiver copies it once, straight from the sender's buffer into its own (recv_direct):
+// one copy per hop instead of two (into a slot, out of it). The sender's bytes must stay
+// unchanged until wait_sent_consumed() returns, so a collective that sent references
+// calls it before it returns. Both ends of every edge agree on direct_reads() (the shm
+// transport decides it for the whole ring at connect time).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +33,7 @@ namespace rz {
 
 // Every message carries a tag so a rank that runs a different collective than its
 // neighbour (or has RINGZERO_COMM_DEBUG set when the neighbour has not) is caught.
-enum class MsgTag : uint32_t { data = 1, fingerprint = 2, barrier = 3 };
+enum class MsgTag : uint32_t { data = 1, fingerprint = 2, barrier = 3, direct = 4 };
 
 // A failure that involves a neighbour: closed channel, dead process, timeout, or a
 // message that does not match what this rank expected. The communicator prefixes the
@@ -47,6 +56,22 @@ class RingChannel {
   virtual size_t max_message_bytes() const = 0;
   // Marks both directions closed so the neighbours fail at once instead of timing out.
   virtual void close() = 0;
+
+  // Direct reads (see the top of this file); only called when direct_reads() is true.
+  virtual bool direct_reads() const { return false; }
+  // Sends a reference to bytes bytes at src (which stay unchanged until wait_sent_consumed()).
+  virtual void send_direct(const void* src, size_t bytes) {
+    (void)src, (void)bytes;
+    RZ_FAIL("this transport cannot read its neighbour's memory directly");
+  }
+  // Receives the next reference from the left, checks that it covers bytes bytes, and
+  // copies them from the left neighbour's memory into dst.
+  virtual void recv_direct(void* dst, size_t bytes) {
+    (void)dst, (void)bytes;
+    RZ_FAIL("this transport cannot read its neighbour's memory directly");
+  }
+  // Waits until the right neighbour has consumed every message this rank sent.
+  virtual void wait_sent_consumed() {}
 };
 
 }  // namespace rz

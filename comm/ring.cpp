@@ -34,6 +34,11 @@
 // Per rank and phase the chunks sent add up to (N-1)/N of the tensor (up to the shorter
 // trailing chunks), hence the 2(N-1)/N x M bytes of an AllReduce.
 //
+// Small AllReduce: up to kSmallAllReduceBytes (one segment) every rank passes its whole
+// input around the ring and adds all N up locally in the ring's order (small_all_reduce):
+// half the dependent hops, bitwise the ring's result. comm-trace (an observer) always
+// sees the ring.
+//
 // Broadcast pipelines segments along the ring from the root: r receives a segment from
 // the left, keeps it and forwards it right, unless the right neighbour is the root.
 // Barrier passes a one-byte token N-1 times: the k-th token rank r receives proves that
@@ -124,22 +129,95 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 }
 
 // The AllGather phase over out (count elements), which already holds chunk r.
-void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt) {
+// With allow_direct over a channel with direct reads, a chunk of kDirectChunkBytes up to
+// kDirectChunkMaxBytes goes as one reference that the right neighbour copies straight out of `out` (one copy per hop
+// instead of two); smaller chunks, and every chunk elsewhere, go through the slots in
+// segments. Both ends of a hop see the same chunk size, so they agree on the way. Message
+// by message the round keeps exchange_round's order (send one, receive one), so no rank
+// waits on a full inbox while its own is full. Because the right neighbour reads `out`
+// after this rank has moved on, the phase ends by waiting until it has read everything.
+// AllReduce's AllGather phase does not use direct reads: measured on the 2-core VM it was
+// slower with them (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md), the
+// plain AllGather faster (up to 2.3x at 1 MiB).
+void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool allow_direct) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
+  RingChannel& ch = *ctx.channel;
+  const bool direct = allow_direct && ctx.elements == nullptr && ch.direct_reads();  // host buffers only
+  const size_t seg = segment_elems(ctx, esz);
+  bool sent_direct = false;
   for (int k = 1; k <= N - 1; ++k) {
     const int send_chunk = mod(r - k + 1, N), recv_chunk = mod(r - k, N);
     ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
     char* send_src = out + sc.offset * esz;
     char* recv_dst = out + rc.offset * esz;
+    auto by_reference = [&](size_t n) { return direct && n * esz >= kDirectChunkBytes && n * esz <= kDirectChunkMaxBytes; };
+    const bool send_ref = by_reference(sc.count), recv_ref = by_reference(rc.count);
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
-      if (ctx.elements != nullptr)
-        ctx.elements->copy(recv_dst + first * esz, incoming, n * esz);
-      else
-        std::memcpy(recv_dst + first * esz, incoming, n * esz);
-    });
+    const size_t nsend = send_ref ? 1 : (sc.count + seg - 1) / seg, nrecv = recv_ref ? 1 : (rc.count + seg - 1) / seg;
+    for (size_t s = 0; s < std::max(nsend, nrecv); ++s) {
+      if (s < nsend && send_ref) {
+        ch.send_direct(send_src, sc.count * esz);
+        sent_direct = true;
+        ctx.bytes_sent += sc.count * esz;
+      } else if (s < nsend) {
+        const size_t n = std::min(seg, sc.count - s * seg);
+        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
+        ctx.bytes_sent += n * esz;
+      }
+      if (s < nrecv && recv_ref) {
+        ch.recv_direct(recv_dst, rc.count * esz);
+        ctx.bytes_recv += rc.count * esz;
+      } else if (s < nrecv) {
+        const size_t first = s * seg, n = std::min(seg, rc.count - first);
+        ch.recv(n * esz, MsgTag::data,
+                [&](const void* incoming) {
+                  if (ctx.elements != nullptr) ctx.elements->copy(recv_dst + first * esz, incoming, n * esz);
+                  else std::memcpy(recv_dst + first * esz, incoming, n * esz);
+                });
+        ctx.bytes_recv += n * esz;
+      }
+    }
     observe(ctx, CollectiveKind::all_gather, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
+  }
+  if (sent_direct) ch.wait_sent_consumed();
+}
+
+// AllReduce of a small tensor (small_all_reduce_applies) in N-1 dependent hops instead
+// of the ring's 2(N-1): in round k rank r sends right the whole input of rank r-k+1 (its
+// own in round 1, afterwards the one it received last round) and receives rank r-k's, so
+// after N-1 rounds every rank holds all N inputs. Each rank then adds them up chunk by
+// chunk in exactly the order the ring's ReduceScatter would have: chunk c starts as rank
+// c+1's input and gains the inputs of ranks c+2, ..., c+N (= c), one reduce_elements call
+// per hop with the partial sum as the first operand, bf16 rounded after every add, avg
+// divided by N at the last. Every element is therefore bitwise what the ring computes,
+// and all_reduce == reduce_scatter + all_gather still holds. It is used at N = 2 only,
+// where it sends exactly the ring's bytes (count elements per rank); from N = 3 it would
+// send (N-1) x count, more than the ring, so those keep the ring (and its byte counts).
+void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, ReduceOp op) {
+  const int N = ctx.nranks, r = ctx.rank;
+  const size_t esz = dtype_size(dt), bytes = count * esz;
+  RingChannel& ch = *ctx.channel;
+  if (ctx.work->size() < N * bytes) ctx.work->allocate(MemTag::comm, N * bytes);
+  char* inputs = reinterpret_cast<char*>(ctx.work->data());  // rank q's input at q * bytes
+  std::memcpy(inputs + r * bytes, buf, bytes);
+  for (int k = 1; k <= N - 1; ++k) {
+    char* dst = inputs + mod(r - k, N) * bytes;
+    ch.send(inputs + mod(r - k + 1, N) * bytes, bytes, MsgTag::data);
+    ch.recv(bytes, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, bytes); });
+    ctx.bytes_sent += bytes;
+    ctx.bytes_recv += bytes;
+  }
+  for (int c = 0; c < N; ++c) {
+    const ShardRange sr = shard_of(count, N, c);
+    if (sr.count == 0) continue;
+    const size_t off = sr.offset * esz;
+    char* sum = buf + off;
+    for (int j = 2; j <= N; ++j) {
+      const char* partial = j == 2 ? inputs + mod(c + 1, N) * bytes + off : sum;
+      const int divide_by = j == N && op == ReduceOp::avg ? N : 0;
+      reduce_elements(dt, sum, partial, inputs + mod(c + j, N) * bytes + off, sr.count, divide_by);
+    }
   }
 }
 
@@ -191,15 +269,27 @@ void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t cou
                        [work](int) { return work; });
 }
 
+bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
+                              bool observed) {
+  return nranks == 2 && bytes > 0 && bytes <= kSmallAllReduceBytes && bytes <= segment_bytes &&
+         bytes <= max_message_bytes && !observed;
+}
+
 void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op) {
   if (ctx.nranks == 1) return;  // the sum over one rank is its input; avg divides by 1
   const size_t esz = dtype_size(dtype);
   char* b = static_cast<char*>(buf);
   const int N = ctx.nranks;
+  if (ctx.elements == nullptr &&  // host buffers only
+      small_all_reduce_applies(count * esz, N, ctx.segment_bytes, ctx.channel->max_message_bytes(),
+                               ctx.observer != nullptr)) {
+    small_all_reduce(ctx, b, count, dtype, op);
+    return;
+  }
   // In place: the partial sum of chunk c accumulates in buf's chunk c.
   reduce_scatter_phase(ctx, b, b + shard_of(count, N, ctx.rank).offset * esz, count, dtype, op,
                        [b, count, N, esz](int c) { return b + shard_of(count, N, c).offset * esz; });
-  all_gather_phase(ctx, b, count, dtype);
+  all_gather_phase(ctx, b, count, dtype, false);
 }
 
 void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype) {
@@ -211,7 +301,7 @@ void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t coun
   else if (mine.count > 0 && shard != o + mine.offset * esz)
     std::memmove(o + mine.offset * esz, shard, mine.count * esz);
   if (ctx.nranks == 1) return;
-  all_gather_phase(ctx, o, count, dtype);
+  all_gather_phase(ctx, o, count, dtype, true);
 }
 
 void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int root) {

@@ -74,6 +74,21 @@ struct RingContext {
   uint64_t bytes_recv = 0;
 };
 
+// AllGather chunks of kDirectChunkBytes up to kDirectChunkMaxBytes go as direct references
+// over a channel with direct_reads() (channel.h); smaller ones are cheaper through the
+// slots, and larger ones measured slower as references on the 2-core VM (8 MiB chunks:
+// 0.57-0.99x in six alternating runs, 4 MiB chunks 1.09-1.34x; bench/results/
+// comm-targets-2026-11-30b.md).
+constexpr size_t kDirectChunkBytes = 64 * 1024;
+constexpr size_t kDirectChunkMaxBytes = 4u << 20;
+// An AllReduce of at most this many bytes (and at most one segment and one slot) takes
+// the small path: N-1 hops, every rank reduces all inputs in the ring's order (ring.cpp).
+constexpr size_t kSmallAllReduceBytes = 4096;
+// Whether an AllReduce of `bytes` bytes takes the small path (not when an observer such
+// as comm-trace watches the rounds: it shows the ring).
+bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
+                              bool observed);
+
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
 void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op);
 void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype);

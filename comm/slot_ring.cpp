@@ -166,8 +166,8 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
            [&] { return hdr_->head.load(std::memory_order_acquire) != t; }, watch, false);
   SlotMeta m = meta()[t % hdr_->nslots];
   if (m.tag != static_cast<uint32_t>(tag) || m.bytes != bytes) {
-    static const char* names[] = {"?", "data", "debug fingerprint", "barrier"};
-    auto name = [&](uint32_t x) { return x < 4 ? names[x] : names[0]; };
+    static const char* names[] = {"?", "data", "debug fingerprint", "barrier", "direct reference"};
+    auto name = [&](uint32_t x) { return x < 5 ? names[x] : names[0]; };
     throw PeerError(watch.peer_rank,
                     strfmt("rank %d sent a %llu-byte %s message where a %zu-byte %s message was expected: "
                            "the ranks are not running the same collective (RINGZERO_COMM_DEBUG=1 on every "
@@ -178,6 +178,12 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
   consume(slot(t));
   hdr_->tail.store(t + 1, std::memory_order_seq_cst);
   if (hdr_->sender_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->tail);
+}
+
+void SlotRing::wait_consumed(const PeerWatch& watch) {
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  wait_for(hdr_->tail, hdr_->sender_waiting, [&] { return hdr_->tail.load(std::memory_order_acquire) == h; }, watch,
+           true);
 }
 
 void SlotRing::close() {

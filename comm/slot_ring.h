@@ -76,6 +76,10 @@ class SlotRing {
   void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume,
             const PeerWatch& watch);
 
+  // Producer side: waits until the receiver has consumed every published message (the
+  // sender of direct references may then change the memory they point to).
+  void wait_consumed(const PeerWatch& watch);
+
   void close();
 
  private:

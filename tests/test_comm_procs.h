@@ -31,9 +31,11 @@ struct RankResult {
   std::string error;  // what the rank wrote before exiting
 };
 
+// before_connect, when given, runs in each rank's process before it connects.
 inline std::vector<RankResult> run_process_ranks(int nranks, const CommOptions& opts,
                                                  const std::function<void(Communicator&)>& body,
-                                                 double deadline_s = 60.0) {
+                                                 double deadline_s = 60.0,
+                                                 const std::function<void()>& before_connect = {}) {
   const int port = pick_free_port();
   const std::string token = random_job_token();
   std::vector<pid_t> pids(nranks);
@@ -52,6 +54,7 @@ inline std::vector<RankResult> run_process_ranks(int nranks, const CommOptions& 
         env.local_rank = r;
         env.master_port = port;
         env.job_token = token;
+        if (before_connect) before_connect();
         auto comm = connect_communicator(env, opts);
         body(*comm);
       } catch (const std::exception& e) {

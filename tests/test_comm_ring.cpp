@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 #include "comm/factory.h"
 #include "comm/ring.h"
+#include "comm/ring_communicator.h"
 #include "test_comm_util.h"
 
 using namespace rz;
@@ -84,5 +86,68 @@ TEST_CASE("AllReduce sends exactly 2(N-1)/N x M per rank when N divides the coun
     REQUIRE(c.bytes_sent == 2 * (N - 1) * count * 4 / N);
     REQUIRE(c.bytes_recv == 2 * (N - 1) * count * 4 / N);
     REQUIRE(c.seconds > 0);
+  }
+}
+
+namespace {
+
+// Inputs whose sums depend on the order of the adds (magnitudes 2^-10 .. 2^9, both signs,
+// thirds), so "bitwise the ring's result" is a real check, not one that any order passes.
+float order_sensitive_value(int rank, size_t i) {
+  uint32_t h = static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>((rank + 1) * 40503u);
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  const float mant = static_cast<float>(static_cast<int>(h % 2001u) - 1000) / 3.0f;
+  return std::ldexp(mant, static_cast<int>((h >> 11) % 20u) - 10);
+}
+
+class NoopObserver final : public RingObserver {
+ public:
+  void on_round(const RingRound&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("small AllReduce (N = 2) is bitwise the ring's result and reduce_scatter + all_gather; N = 3, 4 keep the ring") {
+  for (int N = 2; N <= 4; ++N) {
+    auto small = make_thread_communicators(N, CommOptions{});
+    // An observer (what comm-trace installs) keeps every AllReduce on the ring.
+    auto ring = make_thread_communicators(N, CommOptions{});
+    NoopObserver observer;
+    for (auto& c : ring) dynamic_cast<RingCommunicator&>(*c).set_observer(&observer);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        for (size_t count : {size_t(1), size_t(3), size_t(5), size_t(7), size_t(33), size_t(101), size_t(1023), size_t(1025)}) {
+          INFO("N = " << N << " " << dtype_name(dt) << " " << reduce_op_name(op) << " count " << count);
+          const size_t esz = dtype_size(dt);
+          const bool takes_small_path = N == 2 && count * esz <= kSmallAllReduceBytes;
+          auto errors = run_ranks(N, [&](int r) {
+            Tensor a(dt, count), b(dt, count), in(dt, count), full(dt, count);
+            for (size_t i = 0; i < count; ++i) {
+              a.set(i, order_sensitive_value(r, i));
+              b.set(i, order_sensitive_value(r, i));
+              in.set(i, order_sensitive_value(r, i));
+            }
+            small[r]->reset_stats();
+            small[r]->all_reduce(a.data(), count, dt, op);
+            ring[r]->all_reduce(b.data(), count, dt, op);
+            const ShardRange mine = shard_of(count, N, r);
+            Tensor shard(dt, mine.count);
+            ring[r]->reduce_scatter(in.data(), shard.data(), count, dt, op);
+            ring[r]->all_gather(shard.data(), full.data(), count, dt);
+            RANK_REQUIRE(std::memcmp(a.data(), b.data(), count * esz) == 0);
+            RANK_REQUIRE(std::memcmp(a.data(), full.data(), count * esz) == 0);
+            const uint64_t sent = small[r]->stats().by_kind[int(CollectiveKind::all_reduce)].bytes_sent;
+            RANK_REQUIRE(sent == (takes_small_path ? (N - 1) * count * esz
+                                                   : rs_bytes_sent(count, N, r, dt) + ag_bytes_sent(count, N, r, dt)));
+          });
+          for (int r = 0; r < N; ++r) {
+            INFO("rank " << r << ": " << errors[r]);
+            CHECK(errors[r].empty());
+          }
+        }
+      }
+    }
   }
 }
