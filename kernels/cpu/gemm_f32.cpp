@@ -196,13 +196,16 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
   const int64_t ic_blocks = (M + kMC - 1) / kMC;
   // Threads only where the product is worth a fork; they split a's row blocks, so the
   // result does not depend on how many there are.
-  int threads = M * N * K < (int64_t(1) << 21) ? 1 : omp_get_max_threads();
+  // Threads only where the product is worth a fork, and not inside another parallel
+  // region (attention's heads); they split a's row blocks, so the result does not depend
+  // on how many there are. One thread runs without a parallel region (small products are
+  // called thousands of times a step).
+  int threads = M * N * K < (int64_t(1) << 21) || omp_in_parallel() ? 1 : omp_get_max_threads();
   threads = int(std::min<int64_t>(threads, ic_blocks));
   const int64_t nc_max = std::min(kNC, N), kc_max = std::min(kKC, K);
   const bool direct_a = (a.col_stride == 1 && a.row_stride <= 8192) || (a.row_stride == 1 && a.col_stride <= 8192);
   float* bp = t_pack.get_b(size_t(kc_max) * size_t((nc_max + kNR - 1) / kNR * kNR));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  auto body = [&](int tid, int nth) {
     float* ap = t_pack.get_a(size_t(std::min(kMC, (M + kMR - 1) / kMR * kMR)) * size_t(kc_max));
     for (int64_t jc = 0; jc < N; jc += kNC) {
       const int64_t nc = std::min(kNC, N - jc);
@@ -210,11 +213,12 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
       for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = std::min(kKC, K - pc);
         const bool first = pc == 0;
-#pragma omp for schedule(static)
-        for (int64_t q = 0; q < panels; ++q)
+        for (int64_t q = panels * tid / nth; q < panels * (tid + 1) / nth; ++q)
           pack_b_panel(bp + q * kNR * kc, b, pc, kc, jc + q * kNR, std::min(kNR, nc - q * kNR));
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < ic_blocks; ++blk) {
+        if (nth > 1) {
+#pragma omp barrier
+        }
+        for (int64_t blk = ic_blocks * tid / nth; blk < ic_blocks * (tid + 1) / nth; ++blk) {
           const int64_t ic = blk * kMC, mc = std::min(kMC, M - ic);
           // Whole 6-row panels read a in place when a row or a column of it is contiguous
           // and near (no packing: at N = 128 packing a cost more than it saved); the
@@ -236,8 +240,17 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
             }
           }
         }
+        if (nth > 1) {  // the next K block's packing overwrites bp
+#pragma omp barrier
+        }
       }
     }
+  };
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    body(0, 1);
   }
 #else
   (void)dst, (void)ldd, (void)a, (void)b, (void)bias, (void)M, (void)K, (void)N, (void)accumulate;
