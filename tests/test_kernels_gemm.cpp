@@ -70,8 +70,8 @@ TEST_CASE("gemm_f32: bitwise the FMA chain, odd sizes, every layout and start", 
   }
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t sizes[][3] = {{1, 1, 1},   {5, 3, 17},   {6, 16, 16},  {7, 1, 15},   {13, 40, 33},
-                              {97, 300, 31}, {12, 513, 48}, {100, 7, 129}, {193, 257, 18}};
-  const Layout layouts[] = {{false, 0}, {true, 0}, {false, 3}, {true, 5}, {false, 9000}, {true, 9000}};
+                              {97, 300, 31}, {12, 513, 48}, {100, 7, 129}, {193, 257, 18}, {50, 20, 20}};
+  const Layout layouts[] = {{false, 0}, {true, 0}, {false, 3}, {true, 5}, {true, 600}, {false, 9000}, {true, 9000}};
   uint32_t seed = 1;
   for (auto& s : sizes) {
     const int64_t M = s[0], K = s[1], N = s[2];
