@@ -2,7 +2,7 @@
 //
 // Times forward + backward + AdamW on one rank (no communication), on the CPU or a GPU
 // (--device), and sets the step's achieved GFLOP/s next to what the backend's GEMM
-// reaches alone on the same work (Eigen on the CPU, cuBLASLt on a GPU: on a GPU that
+// reaches alone on the same work (the CPU matmul kernels, cuBLASLt on a GPU: on a GPU that
 // ratio is the MFU against the GEMM rate measured in the same run). FLOPs are
 // counted the way llm.c counts them for MFU: 6 x params per token for the matmuls
 // (forward 2, backward 4) plus 12 x L x C x T per token for attention (the full T x T
@@ -209,7 +209,7 @@ int run_bench_step(int argc, char** argv) {
       "time (wall, and the process's CPU time: on a busy shared machine the 1-thread CPU time is the\n"
       "robust figure) and its phases, tokens/s, the step's GFLOP/s (6 x params + 12 x L x C x T per\n"
       "token, as llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend\n"
-      "(Eigen on the CPU, cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
+      "(the CPU matmul kernels: gemm_f32 or Eigen; cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
       "against the GEMM rate measured in the same run).\n"
       "The shape: --model's preset, then --config's model keys, batch and seq, then the shape flags.\n"
       "--ops adds the step's CPU time split by kernel family (CPU kernels).",

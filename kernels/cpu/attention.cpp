@@ -8,7 +8,8 @@
 //             dQ = dS K,          dK = dS^T Q
 // Causality is used by row blocks of kRowBlock queries: block [r0, r1) only sees keys
 // [0, r1), so every product runs over the lower block triangle (about half of T x T for
-// large T) as plain GEMMs. Softmax rows use Eigen's vectorised exp.
+// large T) as plain GEMMs (fp32: gemm_f32.h where the CPU has AVX2 + FMA, else Eigen).
+// Softmax rows use Eigen's vectorised exp.
 //
 // Threads split (b, h) pairs: each pair writes only its own columns of out / dqkv and its
 // own (T, T) slab of att, so there are no races and the order of additions inside a pair
@@ -22,6 +23,7 @@
 
 #include "base/memory.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_f32.h"
 
 namespace rz {
 
@@ -47,6 +49,21 @@ template <typename A>
 HeadScratch<A>& head_scratch() {
   thread_local HeadScratch<A> s;
   return s;
+}
+
+// dst (M, N), leading dimension ldd, [+]= a (M, K) * b (K, N), operands by (row, column)
+// strides: in fp32 through the packed AVX2 kernel (gemm_f32.h) where the CPU has it.
+// Returns false (nothing done) otherwise; the caller then runs its Eigen expression.
+template <typename A>
+bool head_gemm(A* dst, int64_t ldd, const A* a, int64_t ars, int64_t acs, const A* b, int64_t brs, int64_t bcs,
+               int M, int K, int N, bool accumulate) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (!gemm_f32_available()) return false;
+    gemm_f32(dst, ldd, {a, ars, acs}, {b, brs, bcs}, nullptr, M, K, N, accumulate);
+    return true;
+  } else {
+    return false;
+  }
 }
 
 // dst (T, hs) <- the hs columns starting at col of rows of src with row stride ld.
@@ -96,7 +113,8 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
         MatMap<A> Pb(kFlash ? P : P + size_t(r0) * T, nr, T);  // rows r0 .. r1-1
-        Pb.leftCols(r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+        if (!head_gemm(Pb.data(), T, Q.data() + size_t(r0) * hs, hs, 1, K.data(), 1, hs, nr, hs, r1, false))
+          Pb.leftCols(r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
         for (int t = r0; t < r1; ++t) {
           auto row = Pb.row(t - r0).head(t + 1).array();
           row *= scale;
@@ -108,7 +126,8 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
           // Row t's columns t+1 .. r1-1 hold scores: zero them before P V.
           Pb.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
         }
-        O.middleRows(r0, nr).noalias() = Pb.leftCols(r1) * V.topRows(r1);
+        if (!head_gemm(O.data() + size_t(r0) * hs, hs, Pb.data(), T, 1, V.data(), hs, 1, nr, r1, hs, false))
+          O.middleRows(r0, nr).noalias() = Pb.leftCols(r1) * V.topRows(r1);
       }
       if constexpr (!kFlash) {
         E* a = att + size_t(bh) * T * T;
@@ -169,22 +188,27 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
         auto Pb = Pm.leftCols(r1);
         auto dPb = dPm.leftCols(r1);
         if constexpr (kFlash) {  // the block's probabilities again, from the saved lse
-          Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+          if (!head_gemm(Pm.data(), T, Q.data() + size_t(r0) * hs, hs, 1, K.data(), 1, hs, nr, hs, r1, false))
+            Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
           for (int t = r0; t < r1; ++t) {
             auto row = Pm.row(t - r0).head(t + 1).array();
             row = (row * scale - A(lse[size_t(bh) * T + t])).exp();
             Pm.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
           }
         }
-        dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
-        dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
+        if (!head_gemm(dPm.data(), T, dO.data() + size_t(r0) * hs, hs, 1, V.data(), 1, hs, nr, hs, r1, false))
+          dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
+        if (!head_gemm(dV.data(), hs, Pm.data(), 1, T, dO.data() + size_t(r0) * hs, hs, 1, r1, nr, hs, true))
+          dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
         // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
         for (int i = 0; i < nr; ++i) {
           const A dot = Pm.row(i).head(r1).dot(dPm.row(i).head(r1));
           dPm.row(i).head(r1).array() = Pm.row(i).head(r1).array() * (dPm.row(i).head(r1).array() - dot) * scale;
         }
-        dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
-        dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
+        if (!head_gemm(dQ.data() + size_t(r0) * hs, hs, dPm.data(), T, 1, K.data(), hs, 1, nr, r1, hs, false))
+          dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
+        if (!head_gemm(dK.data(), hs, dPm.data(), 1, T, Q.data() + size_t(r0) * hs, hs, 1, r1, nr, hs, true))
+          dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
       }
       E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
       scatter_add(dst, dQ.data(), ld, T, hs);

@@ -1,4 +1,5 @@
-// kernels/cpu/matmul.h: the linear layers, out = inp @ weight^T + bias, as Eigen GEMMs.
+// kernels/cpu/matmul.h: the linear layers, out = inp @ weight^T + bias, as GEMMs (fp32:
+// gemm_f32.h on AVX2 CPUs, else Eigen; RINGZERO_FP32_GEMM=eigen forces Eigen).
 // Legend: N rows (= B*T), C input channels, OC output channels. Weights are (OC, C)
 // row-major as in llm.c and PyTorch's nn.Linear. E storage type (convert.h).
 #pragma once

@@ -1,0 +1,264 @@
+// kernels/cpu/gemm_f32.cpp
+//
+// The classic blocked GEMM (Goto / BLIS loop order), written for the model's shapes on
+// one AVX2 core:
+//   for jc over N in NC columns:                      b block (KC x NC) packed, shared
+//     for pc over K in KC steps:
+//       for ic over M in MC rows (threads split here): a block (MC x KC) packed, per thread
+//         for jr over the block's 16-column panels:     b micro-panel (KC x 16) stays in L1
+//           for ir over its 6-row panels:                a micro-panel (6 x KC) from L2
+//             6x16 register tile: 12 ymm accumulators, kc fused multiply-adds each
+// Each tile starts from dst (or the bias, or zero, on the first K block), runs its kc
+// FMAs in k order and stores back, so an element's value is one FMA chain over k in
+// order whatever the blocking (gemm_f32.h). Edge tiles run the same kernel on a padded
+// 6x16 copy. The kernel and the packing are compiled for AVX2 + FMA by a target
+// attribute and chosen at run time, so builds without -march=native use them too.
+#include "kernels/cpu/gemm_f32.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/memory.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RZ_GEMM_X86 1
+#endif
+
+namespace rz {
+
+namespace {
+
+constexpr int64_t kMR = 6, kNR = 16;
+constexpr int64_t kKC = 256;   // a micro-panel 6 KB, b micro-panel 16 KB: L1 is 32 KB
+constexpr int64_t kMC = 48;    // a block 48 KB (L2 is 512 KB); 96 measured slower at d12's N = 2304-3072
+constexpr int64_t kNC = 3072;  // b block up to 3 MB: L3
+
+// Per-thread packing space, grown on demand and kept (no allocation per step).
+struct PackSpace {
+  Buffer<float> a, b;
+  float* get_a(size_t n) {
+    if (a.size() < n) a.allocate(MemTag::workspace, n);
+    return a.data();
+  }
+  float* get_b(size_t n) {
+    if (b.size() < n) b.allocate(MemTag::workspace, n);
+    return b.data();
+  }
+};
+thread_local PackSpace t_pack;
+
+inline float at(const GemmOperand& x, int64_t i, int64_t j) { return x.data[i * x.row_stride + j * x.col_stride]; }
+
+// a block rows [i0, i0+mc), k [k0, k0+kc) into 6-row panels: panel p, step k holds
+// rows p*6 .. p*6+5 at ap[p*6*kc + k*6 + r], zero past mc.
+void pack_a(float* ap, const GemmOperand& a, int64_t i0, int64_t mc, int64_t k0, int64_t kc) {
+  for (int64_t p = 0; p < mc; p += kMR) {
+    float* dst = ap + p * kc;
+    const int64_t rows = std::min(kMR, mc - p);
+    if (a.col_stride == 1) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = a.data + (i0 + p + r) * a.row_stride + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = src[k];
+      }
+      for (int64_t r = rows; r < kMR; ++r)
+        for (int64_t k = 0; k < kc; ++k) dst[k * kMR + r] = 0.0f;
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        for (int64_t r = 0; r < rows; ++r) dst[k * kMR + r] = at(a, i0 + p + r, k0 + k);
+        for (int64_t r = rows; r < kMR; ++r) dst[k * kMR + r] = 0.0f;
+      }
+    }
+  }
+}
+
+// b block k [k0, k0+kc), columns [j0, j0+nc) into 16-column panels: panel q, step k holds
+// columns q*16 .. q*16+15 at bp[q*16*kc + k*16 + c], zero past nc.
+void pack_b_panel(float* bp, const GemmOperand& b, int64_t k0, int64_t kc, int64_t j0, int64_t cols) {
+  if (b.col_stride == 1) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = b.data + (k0 + k) * b.row_stride + j0;
+      float* dst = bp + k * kNR;
+      for (int64_t c = 0; c < cols; ++c) dst[c] = src[c];
+      for (int64_t c = cols; c < kNR; ++c) dst[c] = 0.0f;
+    }
+  } else {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* src = b.data + k0 * b.row_stride + (j0 + c) * b.col_stride;
+      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = src[k * b.row_stride];
+    }
+    for (int64_t c = cols; c < kNR; ++c)
+      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = 0.0f;
+  }
+}
+
+#ifdef RZ_GEMM_X86
+enum class Start { load, row, zero };
+
+// c (6 x 16, leading dimension ldc) = start + a_panel * b_panel over kc steps.
+// start: c's old values (load), the 16 values of row (row), or zero.
+// a's element (r, k) at a[r * ars + k * acs]: a packed panel (ars 1, acs 6) or the
+// operand itself (rows of a row-major a, or columns of a transposed one).
+__attribute__((target("avx2,fma"))) void kernel_6x16(int64_t kc, const float* __restrict a, int64_t ars,
+                                                     int64_t acs, const float* __restrict b, float* c, int64_t ldc,
+                                                     Start start, const float* row) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  if (start == Start::load) {
+    c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
+    c10 = _mm256_loadu_ps(c + 1 * ldc), c11 = _mm256_loadu_ps(c + 1 * ldc + 8);
+    c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
+    c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
+    c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
+    c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
+  } else {
+    const __m256 r0 = start == Start::row ? _mm256_loadu_ps(row) : _mm256_setzero_ps();
+    const __m256 r1 = start == Start::row ? _mm256_loadu_ps(row + 8) : _mm256_setzero_ps();
+    c00 = c10 = c20 = c30 = c40 = c50 = r0;
+    c01 = c11 = c21 = c31 = c41 = c51 = r1;
+  }
+  const float *a0 = a, *a1 = a + ars, *a2 = a + 2 * ars, *a3 = a + 3 * ars, *a4 = a + 4 * ars, *a5 = a + 5 * ars;
+#pragma GCC unroll 4
+  for (int64_t k = 0, off = 0; k < kc; ++k, off += acs) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    __m256 x;
+    x = _mm256_broadcast_ss(a0 + off), c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a1 + off), c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a2 + off), c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a3 + off), c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a4 + off), c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a5 + off), c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+    b += kNR;
+  }
+  _mm256_storeu_ps(c + 0 * ldc, c00), _mm256_storeu_ps(c + 0 * ldc + 8, c01);
+  _mm256_storeu_ps(c + 1 * ldc, c10), _mm256_storeu_ps(c + 1 * ldc + 8, c11);
+  _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+  _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
+  _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
+  _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+}
+
+// One tile of dst at (i, j), rows x cols of it valid (at most 6 x 16).
+void tile(float* dst, int64_t ldd, int64_t rows, int64_t cols, int64_t kc, const float* ap, int64_t ars,
+          int64_t acs, const float* bp, bool first, bool accumulate, const float* bias_j) {
+  Start start = Start::load;
+  if (first && !accumulate) start = bias_j ? Start::row : Start::zero;
+  if (rows == kMR && cols == kNR) {
+    kernel_6x16(kc, ap, ars, acs, bp, dst, ldd, start, bias_j);
+    return;
+  }
+  alignas(32) float t[kMR * kNR];
+  for (int64_t r = 0; r < kMR; ++r)
+    for (int64_t c = 0; c < kNR; ++c) {
+      float v = 0.0f;
+      if (r < rows && c < cols) v = start == Start::load ? dst[r * ldd + c] : start == Start::row ? bias_j[c] : 0.0f;
+      t[r * kNR + c] = v;
+    }
+  kernel_6x16(kc, ap, ars, acs, bp, t, kNR, Start::load, nullptr);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = t[r * kNR + c];
+}
+#endif
+
+bool cpu_has_avx2_fma() {
+#ifdef RZ_GEMM_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool gemm_f32_available() {
+  static const bool available = [] {
+    const char* env = std::getenv("RINGZERO_FP32_GEMM");
+    if (env && std::strcmp(env, "eigen") == 0) return false;
+    return cpu_has_avx2_fma();
+  }();
+  return available;
+}
+
+void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float* bias, int64_t M, int64_t K,
+              int64_t N, bool accumulate) {
+#ifdef RZ_GEMM_X86
+  if (M <= 0 || N <= 0) return;
+  if (accumulate) bias = nullptr;
+  if (K == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) dst[i * ldd + j] = bias ? bias[j] : 0.0f;
+    return;
+  }
+  const int64_t ic_blocks = (M + kMC - 1) / kMC;
+  // Threads only where the product is worth a fork; they split a's row blocks, so the
+  // result does not depend on how many there are.
+  // Threads only where the product is worth a fork, and not inside another parallel
+  // region (attention's heads); they split a's row blocks, so the result does not depend
+  // on how many there are. One thread runs without a parallel region (small products are
+  // called thousands of times a step).
+  int threads = M * N * K < (int64_t(1) << 21) || omp_in_parallel() ? 1 : omp_get_max_threads();
+  threads = int(std::min<int64_t>(threads, ic_blocks));
+  const int64_t nc_max = std::min(kNC, N), kc_max = std::min(kKC, K);
+  // a read in place: rows of a row-major a, or a transposed a whose k steps are near
+  // (dweight's dout^T at OC <= 512); past that each k step is a new page and packing wins
+  // (d12's dweight with OC = 2304-3072: 58 -> 81 GFLOP/s).
+  const bool direct_a = (a.col_stride == 1 && a.row_stride <= 8192) || (a.row_stride == 1 && a.col_stride <= 512);
+  float* bp = t_pack.get_b(size_t(kc_max) * size_t((nc_max + kNR - 1) / kNR * kNR));
+  auto body = [&](int tid, int nth) {
+    float* ap = t_pack.get_a(size_t(std::min(kMC, (M + kMR - 1) / kMR * kMR)) * size_t(kc_max));
+    for (int64_t jc = 0; jc < N; jc += kNC) {
+      const int64_t nc = std::min(kNC, N - jc);
+      const int64_t panels = (nc + kNR - 1) / kNR;
+      for (int64_t pc = 0; pc < K; pc += kKC) {
+        const int64_t kc = std::min(kKC, K - pc);
+        const bool first = pc == 0;
+        for (int64_t q = panels * tid / nth; q < panels * (tid + 1) / nth; ++q)
+          pack_b_panel(bp + q * kNR * kc, b, pc, kc, jc + q * kNR, std::min(kNR, nc - q * kNR));
+        if (nth > 1) {
+#pragma omp barrier
+        }
+        for (int64_t blk = ic_blocks * tid / nth; blk < ic_blocks * (tid + 1) / nth; ++blk) {
+          const int64_t ic = blk * kMC, mc = std::min(kMC, M - ic);
+          // Whole 6-row panels read a in place where direct_a (no packing: at N = 128 packing
+          // a cost more than it saved); the ragged last panel, or a far-strided a, is
+          // packed (zero-padded rows).
+          const int64_t direct_rows = direct_a ? mc / kMR * kMR : 0;
+          if (direct_rows < mc) pack_a(ap, a, ic + direct_rows, mc - direct_rows, pc, kc);
+          for (int64_t q = 0; q < panels; ++q) {
+            const int64_t j = jc + q * kNR, cols = std::min(kNR, nc - q * kNR);
+            const float* bq = bp + q * kNR * kc;
+            const float* bias_j = bias ? bias + j : nullptr;
+            for (int64_t p = 0; p < mc; p += kMR) {
+              float* d = dst + (ic + p) * ldd + j;
+              const int64_t rows = std::min(kMR, mc - p);
+              if (p < direct_rows)
+                tile(d, ldd, rows, cols, kc, a.data + (ic + p) * a.row_stride + pc * a.col_stride, a.row_stride,
+                     a.col_stride, bq, first, accumulate, bias_j);
+              else
+                tile(d, ldd, rows, cols, kc, ap + (p - direct_rows) * kc, 1, kMR, bq, first, accumulate, bias_j);
+            }
+          }
+        }
+        if (nth > 1) {  // the next K block's packing overwrites bp
+#pragma omp barrier
+        }
+      }
+    }
+  };
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads());
+  } else {
+    body(0, 1);
+  }
+#else
+  (void)dst, (void)ldd, (void)a, (void)b, (void)bias, (void)M, (void)K, (void)N, (void)accumulate;
+  std::abort();  // callers check gemm_f32_available() first
+#endif
+}
+
+}  // namespace rz
