@@ -121,27 +121,14 @@ struct DirectRef {
   uint64_t bytes;
 };
 
-// The slot channel of thread and shm (transport_thread.cpp) plus direct reads.
-class ShmChannel final : public RingChannel {
+// The slot channel of thread and shm (transports.h) plus direct reads.
+class ShmChannel final : public SlotChannel {
  public:
   ShmChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, int left_pid,
              bool direct, std::shared_ptr<void> keep)
-      : to_right_(to_right), from_left_(from_left), left_pid_(left_pid), direct_(direct), keep_(std::move(keep)) {
-    right_.peer_rank = (rank + 1) % nranks;
-    left_.peer_rank = (rank - 1 + nranks) % nranks;
-    right_.timeout_s = left_.timeout_s = timeout_s;
-    right_.check_pid = left_.check_pid = true;
-  }
-  ~ShmChannel() override { close(); }
-  void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
-  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
-    from_left_.recv(bytes, tag, consume, left_);
-  }
-  size_t max_message_bytes() const override { return to_right_.slot_bytes(); }
-  void close() override {
-    to_right_.close();
-    from_left_.close();
-  }
+      : SlotChannel(to_right, from_left, rank, nranks, timeout_s, true, std::move(keep)),
+        left_pid_(left_pid),
+        direct_(direct) {}
   bool direct_reads() const override { return direct_; }
   void send_direct(const void* src, size_t bytes) override {
     const DirectRef ref{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(src)), bytes};
@@ -163,11 +150,8 @@ class ShmChannel final : public RingChannel {
   void wait_sent_consumed() override { to_right_.wait_consumed(right_); }
 
  private:
-  SlotRing to_right_, from_left_;
-  PeerWatch right_, left_;
   int left_pid_;
   bool direct_;
-  std::shared_ptr<void> keep_;
 };
 
 // The word each rank's right neighbour reads to find out whether direct reads work.

@@ -1,5 +1,5 @@
 // comm/transport_thread.cpp: ranks as threads of one process (tests, comm-trace), and the
-// slot-ring channel that thread and shm share.
+// slot-ring channel that thread and shm share (the class is in transports.h).
 //
 // The thread transport is the shm transport without processes: rank r's inbox is a
 // heap SlotRing instead of a shared mapping, the ring code is the same.
@@ -9,36 +9,6 @@
 #include "comm/transports.h"
 
 namespace rz {
-namespace {
-
-class SlotChannel final : public RingChannel {
- public:
-  SlotChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, bool check_pids,
-              std::shared_ptr<void> keep)
-      : to_right_(to_right), from_left_(from_left), keep_(std::move(keep)) {
-    right_.peer_rank = (rank + 1) % nranks;
-    left_.peer_rank = (rank - 1 + nranks) % nranks;
-    right_.timeout_s = left_.timeout_s = timeout_s;
-    right_.check_pid = left_.check_pid = check_pids;
-  }
-  ~SlotChannel() override { close(); }
-  void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
-  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
-    from_left_.recv(bytes, tag, consume, left_);
-  }
-  size_t max_message_bytes() const override { return to_right_.slot_bytes(); }
-  void close() override {
-    to_right_.close();
-    from_left_.close();
-  }
-
- private:
-  SlotRing to_right_, from_left_;
-  PeerWatch right_, left_;
-  std::shared_ptr<void> keep_;
-};
-
-}  // namespace
 
 std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_left, int rank, int nranks,
                                                double timeout_s, bool check_pids, std::shared_ptr<void> keep) {

@@ -1,6 +1,7 @@
 // comm/transports.h: how each transport builds a rank's RingChannel (internal to comm/).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,7 +18,35 @@ constexpr uint32_t kSlotsPerEdge = 4;
 inline size_t slot_bytes_for(const CommOptions& opts) { return opts.segment_bytes < 64 ? 64 : opts.segment_bytes; }
 
 // thread and shm: send into the right neighbour's inbox, receive from this rank's inbox.
-// keep holds whatever owns the two rings' memory (heap rings, shm mappings).
+// keep holds whatever owns the two rings' memory (heap rings, shm mappings). The shm
+// transport extends it with direct reads (transport_shm.cpp).
+class SlotChannel : public RingChannel {
+ public:
+  SlotChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, bool check_pids,
+              std::shared_ptr<void> keep)
+      : to_right_(to_right), from_left_(from_left), keep_(std::move(keep)) {
+    right_.peer_rank = (rank + 1) % nranks;
+    left_.peer_rank = (rank - 1 + nranks) % nranks;
+    right_.timeout_s = left_.timeout_s = timeout_s;
+    right_.check_pid = left_.check_pid = check_pids;
+  }
+  ~SlotChannel() override { close(); }
+  void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
+  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
+    from_left_.recv(bytes, tag, consume, left_);
+  }
+  size_t max_message_bytes() const override { return to_right_.slot_bytes(); }
+  void close() override {
+    to_right_.close();
+    from_left_.close();
+  }
+
+ protected:
+  SlotRing to_right_, from_left_;
+  PeerWatch right_, left_;
+  std::shared_ptr<void> keep_;
+};
+
 std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_left, int rank, int nranks,
                                                double timeout_s, bool check_pids, std::shared_ptr<void> keep);
 

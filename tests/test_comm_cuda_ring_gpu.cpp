@@ -23,6 +23,7 @@
 #include "comm/device_ring.h"
 #include "kernels/backend.h"
 #include "run_ringzero.h"
+#include "gpu_procs.h"
 #include "test_comm_procs.h"
 
 using namespace rz;
@@ -170,51 +171,20 @@ TEST_CASE("cuda transport: comm-bench --device cuda --comm ring checks every siz
 }
 
 TEST_CASE("cuda transport: a rank killed mid-benchmark makes the other fail within its timeout") {
-  const std::string bin = std::string("'") + RINGZERO_BINARY + "'";
-  const std::string env = "RINGZERO_LAUNCHED=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(pick_free_port()) + " WORLD_SIZE=2 RINGZERO_JOB_TOKEN=killtest ";
-  const std::string args = " comm-bench --device cuda:0 --comm ring --nproc 2 --min-bytes 64M --max-bytes 64M "
-                           "--iters 100000 --warmup 0 --comm-timeout 10";
-  const std::string cmd = "bash -c \"" + env + "RANK=0 LOCAL_RANK=0 " + bin + args + " & p0=\\$!; " + env +
-                          "RANK=1 LOCAL_RANK=1 " + bin + args + " & p1=\\$!; sleep 8; kill -9 \\$p1; wait \\$p0; "
-                          "echo rank0-exit=\\$?\" 2>&1";
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(("timeout -k 5 90 " + cmd).c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  pclose(p);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO(out);
-  CHECK(out.find("rank0-exit=0") == std::string::npos);
-  CHECK(out.find("rank0-exit=") != std::string::npos);
-  CHECK(out.find("rank 0") != std::string::npos);
-  CHECK(s < 8 + 10 + 20);
+  const rz::test::KilledRun run = rz::test::run_with_killed_rank(
+      "comm-bench --device cuda:0 --comm ring --nproc 2 --min-bytes 64M --max-bytes 64M --iters 100000 "
+      "--warmup 0 --comm-timeout 10",
+      pick_free_port());
+  INFO(run.out);
+  CHECK(run.out.find("rank0-exit=0") == std::string::npos);
+  CHECK(run.out.find("rank0-exit=") != std::string::npos);
+  CHECK(run.out.find("rank 0") != std::string::npos);
+  CHECK(run.seconds < 8 + 10 + 20);
 }
 
 int main(int argc, char** argv) {
   // Ask in a child, so this process (which forks the ranks) never initialises CUDA.
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string why = cuda_ring_unavailable();
-    const ssize_t w = write(fds[1], why.data(), why.size());
-    (void)w;
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string why;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) why.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) why = "the CUDA probe process failed";
+  const std::string why = rz::test::probe_in_child(cuda_ring_unavailable);
   if (!why.empty()) {
     std::printf("test_comm_cuda_ring_gpu: SKIPPED: %s\n", why.c_str());
     return 77;

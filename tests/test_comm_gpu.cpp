@@ -21,6 +21,7 @@
 #if RZ_TEST_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
+#include "gpu_procs.h"
 #include "run_ringzero.h"
 #include "test_comm_util.h"
 
@@ -120,27 +121,15 @@ TEST_CASE("nccl: a rank killed mid-benchmark makes the other fail within its tim
     WARN("one GPU: NCCL needs a GPU per rank, so the killed-rank case needs two");
     return;
   }
-  const std::string bin = std::string("'") + RINGZERO_BINARY + "'";
-  const std::string env = "RINGZERO_LAUNCHED=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29731 WORLD_SIZE=2 RINGZERO_JOB_TOKEN=killtest ";
-  const std::string args = " comm-bench --device cuda --comm nccl --nproc 2 --min-bytes 64M --max-bytes 64M "
-                           "--iters 100000 --warmup 0 --comm-timeout 10";
-  const std::string cmd = "bash -c \"" + env + "RANK=0 LOCAL_RANK=0 " + bin + args + " & p0=\\$!; " + env +
-                          "RANK=1 LOCAL_RANK=1 " + bin + args + " & p1=\\$!; sleep 8; kill -9 \\$p1; wait \\$p0; "
-                          "echo rank0-exit=\\$?\" 2>&1";
-  const auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(("timeout -k 5 90 " + cmd).c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  pclose(p);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO(out);
-  CHECK(out.find("rank0-exit=0") == std::string::npos);
-  CHECK(out.find("rank0-exit=") != std::string::npos);
-  CHECK(out.find("rank 0") != std::string::npos);
-  CHECK(s < 8 + 10 + 20);
+  const rz::test::KilledRun run = rz::test::run_with_killed_rank(
+      "comm-bench --device cuda --comm nccl --nproc 2 --min-bytes 64M --max-bytes 64M --iters 100000 "
+      "--warmup 0 --comm-timeout 10",
+      29731);
+  INFO(run.out);
+  CHECK(run.out.find("rank0-exit=0") == std::string::npos);
+  CHECK(run.out.find("rank0-exit=") != std::string::npos);
+  CHECK(run.out.find("rank 0") != std::string::npos);
+  CHECK(run.seconds < 8 + 10 + 20);
 }
 
 int main(int argc, char** argv) {

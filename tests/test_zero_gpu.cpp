@@ -16,6 +16,7 @@
 #include <string>
 
 #include "comm/device_ring.h"
+#include "gpu_procs.h"
 #include "run_ringzero.h"
 
 namespace fs = std::filesystem;
@@ -94,25 +95,7 @@ TEST_CASE("GPU ranks: ddp == zero1 == zero2 bitwise in fp32 after 10 steps (2 ra
 
 int main(int argc, char** argv) {
   // Ask in a child: this process only runs the binary and never needs CUDA itself.
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    const std::string why = rz::cuda_ring_unavailable();
-    const ssize_t w = write(fds[1], why.data(), why.size());
-    (void)w;
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string why;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) why.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) why = "the CUDA probe process failed";
+  const std::string why = rz::test::probe_in_child(rz::cuda_ring_unavailable);
   if (!why.empty()) {
     std::printf("test_zero_gpu: SKIPPED: %s\n", why.c_str());
     return 77;
