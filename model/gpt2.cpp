@@ -25,6 +25,7 @@
 // then per layer fcproj, fc, ln2, attproj, qkv, ln1, then wpe+wte (model/layout.h).
 #include "model/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -471,29 +472,39 @@ void GPT2::set_params_f32(size_t begin, size_t n, const float* in) {
 void GPT2::init_random(uint64_t seed) {
   check_resident(impl_->gate, "init_random");
   const GPT2Config& cfg = impl_->cfg;
-  std::vector<float> w(impl_->layout.total, 0.0f);
+  // Tensor by tensor in layout order (the RNG's order), a chunk at a time: no full-size
+  // fp32 array next to the parameters.
+  constexpr size_t kChunk = size_t{1} << 16;
+  std::vector<float> chunk(kChunk);
   NormalRng rng(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.num_layers);
   for (const ParamTensor& t : impl_->layout.tensors) {
-    float* p = w.data() + t.offset;
-    switch (t.kind) {
-      case ParamKind::ln1w: case ParamKind::ln2w: case ParamKind::lnfw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
-        break;
-      case ParamKind::wte:  // rows V..Vp-1 stay zero
-        for (size_t i = 0; i < size_t(cfg.vocab_size) * cfg.channels; ++i) p[i] = float(0.02 * rng.next());
-        break;
-      case ParamKind::attprojw: case ParamKind::fcprojw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = float(residual_std * rng.next());
-        break;
-      case ParamKind::wpe: case ParamKind::qkvw: case ParamKind::fcw:
-        for (size_t i = 0; i < t.numel; ++i) p[i] = float(0.02 * rng.next());
-        break;
-      default:  // biases
-        break;
+    for (size_t at = 0; at < t.numel; at += kChunk) {
+      const size_t n = std::min(kChunk, t.numel - at);
+      for (size_t j = 0; j < n; ++j) {
+        const size_t i = at + j;
+        float x = 0.0f;  // biases, and wte's padded rows V..Vp-1
+        switch (t.kind) {
+          case ParamKind::ln1w: case ParamKind::ln2w: case ParamKind::lnfw:
+            x = 1.0f;
+            break;
+          case ParamKind::wte:
+            if (i < size_t(cfg.vocab_size) * cfg.channels) x = float(0.02 * rng.next());
+            break;
+          case ParamKind::attprojw: case ParamKind::fcprojw:
+            x = float(residual_std * rng.next());
+            break;
+          case ParamKind::wpe: case ParamKind::qkvw: case ParamKind::fcw:
+            x = float(0.02 * rng.next());
+            break;
+          default:
+            break;
+        }
+        chunk[j] = x;
+      }
+      set_params_f32(t.offset + at, n, chunk.data());
     }
   }
-  set_params_f32(w.data());
 }
 
 float GPT2::forward(const int* inputs, const int* targets, int B, int T) {

@@ -87,10 +87,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
   if (z3) {
     // The model's full parameter buffer exists until zero3 takes its shard over, and by
-    // then zero3 has allocated all it keeps, its owned parameter shard and gathered units
-    // included (measured: d12 fp32 N=2, 1113.75 MB = this to the 0.01 MB; the strategy's
-    // start-up itself goes bucket by bucket, with no full-size fp32 copy).
-    p.startup = layout.total * pb + p.states.total();
+    // then zero3 has allocated all it keeps except AdamW's m and v, which it allocates
+    // after the full buffer is gone (the strategy's start-up itself goes bucket by bucket,
+    // with no full-size fp32 copy).
+    p.startup = layout.total * pb + p.states.total() - p.states.adam_m - p.states.adam_v;
   }
   return p;
 }

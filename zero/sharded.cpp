@@ -27,8 +27,14 @@ ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const Strategy
       be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
     }
   }
-  m_.allocate(MemTag::adam_m, owned, dev);
-  v_.allocate(MemTag::adam_v, owned, dev);
+  // zero3 allocates its moments only after the model's full parameter buffer is gone
+  // (Zero3Strategy's constructor), so its start-up peak does not hold both.
+  if (opts.kind != StrategyKind::zero3) allocate_moments();
+}
+
+void ShardedStrategy::allocate_moments() {
+  m_.allocate(MemTag::adam_m, plan_.owned_numel(), model_.device());
+  v_.allocate(MemTag::adam_v, plan_.owned_numel(), model_.device());
 }
 
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {

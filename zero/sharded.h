@@ -41,6 +41,8 @@ class ShardedStrategy : public StrategyCore {
   // Where the parameter of layout element `a` lives (a in this rank's part of bucket b), in
   // the model's precision: the model's full params here; zero3's owned shard.
   virtual unsigned char* owned_param(int b, size_t a) const;
+  // m and v of the owned shard, zeroed (the constructor calls it; zero3 calls it later).
+  void allocate_moments();
   // After AdamW: make the updated shards visible to every rank (all-gather; zero3: nothing).
   virtual void publish_params();
   // The parameters of layout elements [begin, begin + n) from fp32 (zero3: the owned part).

@@ -43,6 +43,7 @@ Zero3Strategy::Zero3Strategy(GPT2& model, Communicator& comm, const StrategyOpti
   slots_.back().data.allocate(MemTag::params, gather_pool_.embedding_elems * grad_bytes_);
   slot_of_unit_.assign(num_units_, -1);
   model.set_param_gate(this);  // releases the model's full parameter buffer
+  allocate_moments();          // only now: start-up never holds the full params and m, v
 }
 
 Zero3Strategy::~Zero3Strategy() {
