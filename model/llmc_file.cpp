@@ -21,26 +21,37 @@ namespace rz {
 
 namespace {
 
-// Copies each tensor between the two orders. llm.c's order is ParamKind's order with the
-// per-layer tensors of one kind stacked over layers 0..L-1.
-template <bool kToLlmc>
-void convert_order(const GPT2Config& cfg, const float* src, float* dst) {
-  ParamLayout lay = build_param_layout(cfg);
+// Per layout tensor: the index of its first element in llm.c's order, which is ParamKind's
+// order with the per-layer tensors of one kind stacked over layers 0..L-1.
+std::vector<size_t> llmc_positions(const GPT2Config& cfg, const ParamLayout& lay) {
+  std::vector<size_t> at(lay.tensors.size(), 0);
   size_t pos = 0;
   for (int k = 0; k < kNumParamKinds; ++k) {
-    ParamKind kind = static_cast<ParamKind>(k);
-    bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
-                     kind != ParamKind::lnfb;
+    const ParamKind kind = static_cast<ParamKind>(k);
+    const bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
+                           kind != ParamKind::lnfb;
     for (int l = per_layer ? 0 : -1; l < (per_layer ? cfg.num_layers : 0); ++l) {
       const ParamTensor& t = lay.find(kind, l);
-      if (kToLlmc)
-        std::memcpy(dst + pos, src + t.offset, t.numel * sizeof(float));
-      else
-        std::memcpy(dst + t.offset, src + pos, t.numel * sizeof(float));
+      at[static_cast<size_t>(&t - lay.tensors.data())] = pos;
       pos += t.numel;
     }
   }
   RZ_ENFORCE_EQ(pos, lay.total);
+  return at;
+}
+
+// Copies each tensor between the two orders.
+template <bool kToLlmc>
+void convert_order(const GPT2Config& cfg, const float* src, float* dst) {
+  const ParamLayout lay = build_param_layout(cfg);
+  const std::vector<size_t> pos = llmc_positions(cfg, lay);
+  for (size_t i = 0; i < lay.tensors.size(); ++i) {
+    const ParamTensor& t = lay.tensors[i];
+    if (kToLlmc)
+      std::memcpy(dst + pos[i], src + t.offset, t.numel * sizeof(float));
+    else
+      std::memcpy(dst + t.offset, src + pos[i], t.numel * sizeof(float));
+  }
 }
 
 struct FileCloser {
@@ -135,6 +146,35 @@ void llmc_to_internal(const GPT2Config& cfg, const float* llmc, float* internal)
 ModelFile read_model_file(const std::string& path) { return read_model(path, true); }
 ModelFile read_model_header(const std::string& path) { return read_model(path, false); }
 
+ModelFile read_model_file_chunks(const std::string& path, const ParamChunkSink& sink) {
+  ModelFile mf = read_model(path, false);  // header and size checked
+  const char* what = "model file";
+  size_t size = 0;
+  FilePtr f = open_for_read(path, what, size);
+  const ParamLayout lay = build_param_layout(mf.cfg);
+  const std::vector<size_t> pos = llmc_positions(mf.cfg, lay);
+  const size_t esize = precision_bytes(mf.precision);
+  constexpr size_t kChunk = size_t{1} << 16;
+  std::vector<float> chunk(kChunk);
+  std::vector<bf16> raw(mf.precision == Precision::bf16 ? kChunk : 0);
+  for (size_t i = 0; i < lay.tensors.size(); ++i) {
+    const ParamTensor& t = lay.tensors[i];
+    RZ_CHECK(std::fseek(f.get(), static_cast<long>(1024 + pos[i] * esize), SEEK_SET) == 0, "%s %s: seek failed: %s",
+             what, path.c_str(), std::strerror(errno));
+    for (size_t at = 0; at < t.numel; at += kChunk) {
+      const size_t n = std::min(kChunk, t.numel - at);
+      if (mf.precision == Precision::fp32) {
+        read_exact(f.get(), chunk.data(), n * sizeof(float), what, path);
+      } else {
+        read_exact(f.get(), raw.data(), n * sizeof(bf16), what, path);
+        for (size_t q = 0; q < n; ++q) chunk[q] = bf16_to_float(raw[q]);
+      }
+      sink(t.offset + at, chunk.data(), n);
+    }
+  }
+  return mf;
+}
+
 struct ModelFileWriter::Impl {
   GPT2Config cfg;
   Precision precision;
@@ -152,21 +192,7 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const GPT2Config& cfg_
   impl_ = std::make_unique<Impl>(path, cfg, precision);
   Impl& m = *impl_;
   m.layout = build_param_layout(cfg);
-  // llm.c's order is ParamKind's order with the per-layer tensors of one kind stacked over
-  // layers 0..L-1 (convert_order above).
-  m.llmc_pos.assign(m.layout.tensors.size(), 0);
-  size_t pos = 0;
-  for (int k = 0; k < kNumParamKinds; ++k) {
-    const ParamKind kind = static_cast<ParamKind>(k);
-    const bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
-                           kind != ParamKind::lnfb;
-    for (int l = per_layer ? 0 : -1; l < (per_layer ? cfg.num_layers : 0); ++l) {
-      const ParamTensor& t = m.layout.find(kind, l);
-      m.llmc_pos[static_cast<size_t>(&t - m.layout.tensors.data())] = pos;
-      pos += t.numel;
-    }
-  }
-  RZ_ENFORCE_EQ(pos, m.layout.total);
+  m.llmc_pos = llmc_positions(cfg, m.layout);
   int32_t h[256] = {};
   h[0] = kModelMagic;
   h[1] = precision == Precision::fp32 ? kModelVersionFp32 : kModelVersionBf16;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,6 +44,11 @@ struct ModelFile {
 ModelFile read_model_file(const std::string& path);
 // Reads only the header: the config and precision (params left empty); resume compares it.
 ModelFile read_model_header(const std::string& path);
+// The parameters a chunk at a time, with no full-size array: sink(begin, data, n) gets
+// internal-layout elements [begin, begin + n) widened to fp32, tensor by tensor in layout
+// order. Returns the header (params left empty).
+using ParamChunkSink = std::function<void(size_t begin, const float* data, size_t n)>;
+ModelFile read_model_file_chunks(const std::string& path, const ParamChunkSink& sink);
 // params_internal: num_parameters(cfg) floats; rounded to bf16 (RNE) when precision is bf16.
 void write_model_file(const std::string& path, const GPT2Config& cfg, Precision precision,
                       const float* params_internal);

@@ -3,10 +3,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -100,6 +102,39 @@ TEST_CASE("model file: bf16 (version 5) round trip is bitwise after rounding", "
   for (size_t i = 0; i < n; ++i) REQUIRE(mf.params[i] == bf16_to_float(float_to_bf16(p[i])));
   write_model_file(dir.file("b.bin"), cfg, Precision::bf16, mf.params.data());
   CHECK(slurp(dir.file("a.bin")) == slurp(dir.file("b.bin")));
+}
+
+TEST_CASE("model file read in chunks (--init) gives read_model_file's params, fp32 and bf16", "[checkpoint]") {
+  TempDir dir;
+  const GPT2Config cfg = model_preset("tiny");
+  const size_t n = num_parameters(cfg);
+  const std::vector<float> p = random_params(n, 3);
+  for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    write_model_file(dir.file("c.bin"), cfg, prec, p.data());
+    const ModelFile whole = read_model_file(dir.file("c.bin"));
+    std::vector<float> got(n, std::numeric_limits<float>::quiet_NaN());
+    std::vector<int> seen(n, 0);
+    size_t largest = 0;
+    const ModelFile head = read_model_file_chunks(dir.file("c.bin"), [&](size_t begin, const float* d, size_t k) {
+      REQUIRE(begin + k <= n);
+      largest = std::max(largest, k);
+      for (size_t i = 0; i < k; ++i) {
+        got[begin + i] = d[i];
+        ++seen[begin + i];
+      }
+    });
+    CHECK(head.precision == prec);
+    CHECK(head.params.empty());
+    CHECK(largest <= (size_t{1} << 16));
+    for (size_t i = 0; i < n; ++i) REQUIRE((seen[i] == 1 && got[i] == whole.params[i]));
+  }
+  // A file cut short is refused before any chunk is handed out.
+  const std::vector<char> bytes = slurp(dir.file("c.bin"));
+  std::ofstream(dir.file("short.bin"), std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() - 2));
+  int chunks = 0;
+  CHECK_THROWS_WITH(read_model_file_chunks(dir.file("short.bin"), [&](size_t, const float*, size_t) { ++chunks; }),
+                    Catch::Contains("short.bin") && Catch::Contains("bytes"));
+  CHECK(chunks == 0);
 }
 
 TEST_CASE("model file written in chunks, in any order, has the one-shot writer's bytes", "[checkpoint]") {

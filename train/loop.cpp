@@ -151,7 +151,7 @@ void Trainer::setup() {
   tok_ = resolve_tokenizer(cfg_);
   std::optional<ModelFile> init;
   if (!cfg_.init.empty()) {
-    init = read_model_file(cfg_.init);
+    init = read_model_header(cfg_.init);  // the parameters are streamed in below
     mcfg_ = init->cfg;
     // The file's shape is the model's; an explicit shape key that disagrees is a mistake.
     for (auto [key, want, have] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
@@ -202,7 +202,9 @@ void Trainer::setup() {
   ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};
   mopts.attention = parse_attention(cfg_.attention);
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
-  if (init) model_->set_params_f32(init->params.data());
+  if (init)
+    read_model_file_chunks(cfg_.init,
+                           [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
   else model_->init_random(cfg_.seed);
   sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
