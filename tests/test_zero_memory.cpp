@@ -208,10 +208,11 @@ TEST_CASE("measured per-rank gradient + optimizer + staging bytes: zero3 <= zero
     std::vector<int> nranks;
     std::vector<double> bucket_mb;
   };
-  // d12 (124M parameters) only at N = 2 and at the ends of the bucket range: each strategy
-  // allocates (and the kernel zeroes) ~1.5 GB there, which is most of this test's time.
+  // d12 (124M parameters) at the ends of the bucket range for N = 2 and at 1 MiB for
+  // N = 3, 4: each strategy allocates (and the kernel zeroes) ~1.5 GB there, which is most
+  // of this test's time.
   for (const Case& c : {Case{"tiny", {2, 3, 4}, {0.25, 1.0, 25.0}}, Case{"d4", {2, 3, 4}, {0.25, 1.0, 25.0}},
-                        Case{"d12", {2}, {0.25, 25.0}}}) {
+                        Case{"d12", {2}, {0.25, 25.0}}, Case{"d12", {3, 4}, {1.0}}}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
       GPT2 model(model_preset(c.preset), ModelOptions{prec});
       for (int n : c.nranks) {
