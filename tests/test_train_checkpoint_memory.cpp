@@ -29,6 +29,10 @@ namespace {
 // Live and peak bytes of operator new in this process (a size header before each block).
 std::atomic<size_t> g_heap_live{0}, g_heap_peak{0};
 
+// Under AddressSanitizer the runtime owns operator new / delete (blocks from its own
+// allocator reached the replaced delete, which then read a header that was not there), so
+// there only the tracker is counted; the normal build counts both.
+#if !defined(__SANITIZE_ADDRESS__)
 void* counted_alloc(size_t n) {
   void* p = std::malloc(n + 16);
   if (p == nullptr) throw std::bad_alloc();
@@ -46,15 +50,18 @@ void counted_free(void* p) noexcept {
   g_heap_live.fetch_sub(*reinterpret_cast<size_t*>(q));
   std::free(q);
 }
+#endif
 
 }  // namespace
 
+#if !defined(__SANITIZE_ADDRESS__)
 void* operator new(size_t n) { return counted_alloc(n); }
 void* operator new[](size_t n) { return counted_alloc(n); }
 void operator delete(void* p) noexcept { counted_free(p); }
 void operator delete[](void* p) noexcept { counted_free(p); }
 void operator delete(void* p, size_t) noexcept { counted_free(p); }
 void operator delete[](void* p, size_t) noexcept { counted_free(p); }
+#endif
 
 namespace fs = std::filesystem;
 using namespace rz;
