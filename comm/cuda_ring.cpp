@@ -97,38 +97,9 @@ class CudaLink final : public DeviceLink {
     }
   }
 
-  void* scratch(size_t bytes) override {
-    if (bytes <= scratch_bytes_) return scratch_;
-    synchronize();  // queued work may still read the old scratch
-    if (scratch_ != nullptr) cuda("cudaFree(scratch)", cudaFree(scratch_));
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    cuda("cudaMalloc(scratch)", cudaMalloc(&scratch_, bytes));
-    scratch_bytes_ = bytes;
-    return scratch_;
-  }
-
-  void* host_staging(size_t bytes) override {
-    if (bytes <= host_stage_bytes_) return host_stage_;
-    synchronize();  // queued copies may still use the old one
-    if (host_stage_ != nullptr) cuda("cudaFreeHost(staging)", cudaFreeHost(host_stage_));
-    host_stage_ = nullptr;
-    host_stage_bytes_ = 0;
-    cuda("cudaMallocHost(staging)", cudaMallocHost(&host_stage_, bytes));
-    host_stage_bytes_ = bytes;
-    return host_stage_;
-  }
-
-  void* device_staging(size_t bytes) override {
-    if (bytes <= dev_stage_bytes_) return dev_stage_;
-    synchronize();
-    if (dev_stage_ != nullptr) cuda("cudaFree(staging)", cudaFree(dev_stage_));
-    dev_stage_ = nullptr;
-    dev_stage_bytes_ = 0;
-    cuda("cudaMalloc(staging)", cudaMalloc(&dev_stage_, bytes));
-    dev_stage_bytes_ = bytes;
-    return dev_stage_;
-  }
+  void* scratch(size_t bytes) override { return grow(scratch_, bytes); }
+  void* host_staging(size_t bytes) override { return grow(host_stage_, bytes); }
+  void* device_staging(size_t bytes) override { return grow(dev_stage_, bytes); }
 
   // Polls an event rather than cudaStreamSynchronize, so the wait is bounded and several
   // ranks on one host do not each spin a core inside the driver.
@@ -173,21 +144,42 @@ class CudaLink final : public DeviceLink {
   }
 
  private:
+  // A grow-only buffer: device memory, or pinned host memory for staging across hosts.
+  struct GrowBuffer {
+    const char* name;
+    bool pinned;
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+
   void cuda(const char* what, cudaError_t e) const {
     if (e != cudaSuccess) throw Error(strfmt("cuda transport, rank %d: %s failed: %s", rank_, what, cudaGetErrorString(e)));
+  }
+  static void free_buffer(GrowBuffer& b) {
+    if (b.p != nullptr) (void)(b.pinned ? cudaFreeHost(b.p) : cudaFree(b.p));
+    b.p = nullptr;
+    b.bytes = 0;
+  }
+  void* grow(GrowBuffer& b, size_t bytes) {
+    if (bytes <= b.bytes) return b.p;
+    synchronize();  // queued work may still use the old buffer
+    free_buffer(b);
+    const std::string what = strfmt("%s(%s)", b.pinned ? "cudaMallocHost" : "cudaMalloc", b.name);
+    cuda(what.c_str(), b.pinned ? cudaMallocHost(&b.p, bytes) : cudaMalloc(&b.p, bytes));
+    b.bytes = bytes;
+    return b.p;
   }
   void release() {
     (void)cudaSetDevice(dev_);
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
     if (right_inbox_ != nullptr) (void)cudaIpcCloseMemHandle(right_inbox_);
     if (inbox_ != nullptr) (void)cudaFree(inbox_);
-    if (scratch_ != nullptr) (void)cudaFree(scratch_);
-    if (dev_stage_ != nullptr) (void)cudaFree(dev_stage_);
-    if (host_stage_ != nullptr) (void)cudaFreeHost(host_stage_);
-    dev_stage_ = host_stage_ = nullptr;
+    free_buffer(scratch_);
+    free_buffer(dev_stage_);
+    free_buffer(host_stage_);
     if (done_ != nullptr) (void)cudaEventDestroy(done_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
-    right_inbox_ = inbox_ = scratch_ = nullptr;
+    right_inbox_ = inbox_ = nullptr;
     done_ = nullptr;
     stream_ = nullptr;
   }
@@ -199,12 +191,9 @@ class CudaLink final : public DeviceLink {
   cudaEvent_t done_ = nullptr;
   void* inbox_ = nullptr;
   void* right_inbox_ = nullptr;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
-  void* host_stage_ = nullptr;  // pinned, one segment (across hosts)
-  size_t host_stage_bytes_ = 0;
-  void* dev_stage_ = nullptr;   // one received segment (across hosts)
-  size_t dev_stage_bytes_ = 0;
+  GrowBuffer scratch_{"scratch", false};
+  GrowBuffer host_stage_{"staging", true};  // one segment (across hosts)
+  GrowBuffer dev_stage_{"staging", false};  // one received segment (across hosts)
 };
 
 }  // namespace
