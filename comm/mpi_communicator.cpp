@@ -6,16 +6,14 @@
 
 #include <chrono>
 #include <climits>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "comm/comm_thread.h"
 #include "comm/ring_communicator.h"
 
 namespace rz {
@@ -134,12 +132,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
-    if (thread_.joinable()) thread_.join();
+    comm_thread_.stop();  // finishes what was queued, in order
     const bool healthy = broken_.empty() && std::uncaught_exceptions() == 0;
     if (healthy && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     release_mpi(healthy);
@@ -184,12 +177,6 @@ class MpiCommunicator final : public Communicator {
   void reset_stats() override { stats_.reset(); }
 
  private:
-  struct Task {
-    Op op;
-    OnDone on_done;
-    std::shared_ptr<MpiWork> work;
-  };
-
   MPI_Op sum_op(DType dt) const { return dt == DType::bf16 ? g_bf16_sum : MPI_SUM; }
 
   // Element counts and displacements of every rank's shard, for the v-collectives.
@@ -303,58 +290,22 @@ class MpiCommunicator final : public Communicator {
   }
 
   void run_blocking(Op o) {
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return queue_.empty() && !busy_; });
-    busy_ = true;
-    l.unlock();
-    std::exception_ptr err;
-    try {
-      execute(o);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    l.lock();
-    busy_ = false;
-    cv_.notify_all();
-    l.unlock();
-    if (err) std::rethrow_exception(err);
+    comm_thread_.run_blocking([&] { execute(o); });
   }
 
   WorkHandle enqueue(Op o, OnDone on_done) {
     auto work = std::make_shared<MpiWork>();
-    auto task = std::make_unique<Task>(Task{std::move(o), std::move(on_done), work});
-    std::lock_guard<std::mutex> l(mu_);
-    if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
-    queue_.push_back(std::move(task));
-    cv_.notify_all();
-    return work;
-  }
-
-  void comm_thread_main() {
-    for (;;) {
-      std::unique_ptr<Task> task;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return (!queue_.empty() && !busy_) || (stop_ && queue_.empty()); });
-        if (queue_.empty()) return;
-        task = std::move(queue_.front());
-        queue_.pop_front();
-        busy_ = true;
-      }
+    comm_thread_.enqueue([this, o = std::move(o), on_done = std::move(on_done), work] {
       std::exception_ptr err;
       try {
-        execute(task->op);
-        if (task->on_done) task->on_done();
+        execute(o);
+        if (on_done) on_done();
       } catch (...) {
         err = std::current_exception();
       }
-      task->work->finish(err);
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        busy_ = false;
-        cv_.notify_all();
-      }
-    }
+      work->finish(err);  // before the communicator looks idle (comm_thread.h)
+    });
+    return work;
   }
 
   CommOptions opts_;
@@ -364,12 +315,7 @@ class MpiCommunicator final : public Communicator {
   uint64_t seq_ = 0;
   std::string broken_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  std::thread thread_;
+  CommThread comm_thread_;  // stopped first in the destructor, while what its jobs use lives
 };
 
 }  // namespace

@@ -63,12 +63,7 @@ RingCommunicator::RingCommunicator(int rank, int nranks, std::string transport,
 }
 
 RingCommunicator::~RingCommunicator() {
-  {
-    std::unique_lock<std::mutex> l(mu_);
-    stop_ = true;
-    cv_.notify_all();
-  }
-  if (thread_.joinable()) thread_.join();  // finishes what was queued, in order
+  comm_thread_.stop();  // finishes what was queued, in order
   if (channel_) channel_->close();
 }
 
@@ -120,64 +115,28 @@ void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& 
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path) {
   const std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return queue_.empty() && !busy_; });
-  busy_ = true;
-  l.unlock();
-  std::exception_ptr err;
-  try {
-    execute(kind, fp, body, mark, host_path);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  l.lock();
-  busy_ = false;
-  cv_.notify_all();
-  l.unlock();
-  if (err) std::rethrow_exception(err);
+  comm_thread_.run_blocking([&] { execute(kind, fp, body, mark, host_path); });
 }
 
 WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done,
                                      bool host_path) {
   auto work = std::make_shared<RingWork>();
   std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
-  auto task = std::make_unique<Task>(
-      Task{kind, fp, std::move(body), std::move(on_done), work, std::move(mark), host_path, trace::bucket()});
-  std::lock_guard<std::mutex> l(mu_);
-  if (!thread_.joinable()) thread_ = std::thread([this] { comm_thread_main(); });
-  queue_.push_back(std::move(task));
-  cv_.notify_all();
-  return work;
-}
-
-void RingCommunicator::comm_thread_main() {
-  for (;;) {
-    std::unique_ptr<Task> task;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return (!queue_.empty() && !busy_) || (stop_ && queue_.empty()); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
+  Task task{kind, fp, std::move(body), std::move(on_done), work, std::move(mark), host_path, trace::bucket()};
+  comm_thread_.enqueue([this, task = std::move(task)] {
     std::exception_ptr err;
-    trace::set_bucket(task->trace_bucket);
+    trace::set_bucket(task.trace_bucket);
     try {
-      execute(task->kind, task->fp, task->body, task->input_mark, task->host_path);
-      if (task->on_done) task->on_done();
+      execute(task.kind, task.fp, task.body, task.input_mark, task.host_path);
+      if (task.on_done) task.on_done();
     } catch (...) {
       err = std::current_exception();
     }
-    // Mark the handle finished before the communicator looks idle: a blocking call that
-    // waited for the queue to drain must find every earlier handle done.
-    task->work->finish(err);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      busy_ = false;
-      cv_.notify_all();
-    }
-  }
+    // Finished before the communicator looks idle (comm_thread.h): a blocking call that
+    // waited for the queue to drain finds every earlier handle done.
+    task.work->finish(err);
+  });
+  return work;
 }
 
 // ---- argument checks and the public calls -------------------------------------------------

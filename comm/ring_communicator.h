@@ -12,16 +12,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "base/memory.h"
 #include "comm/channel.h"
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "comm/device_ring.h"
 #include "comm/factory.h"
@@ -78,7 +75,6 @@ class RingCommunicator final : public Communicator {
   bool host_buffers(const char* op, std::initializer_list<std::pair<const void*, size_t>> bufs) const;
   void run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path = false);
   WorkHandle enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done, bool host_path = false);
-  void comm_thread_main();
   // One span on this rank's comm track of the trace (base/trace.h) when a window is open.
   void trace_collective(CollectiveKind kind, const Fingerprint& fp, uint64_t seq, uint64_t bytes_sent,
                         std::chrono::steady_clock::time_point t0) const;
@@ -96,12 +92,7 @@ class RingCommunicator final : public Communicator {
   std::string broken_;  // the first communication error; the communicator is unusable after it
   std::vector<std::shared_ptr<void>> keep_alive_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Task>> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  std::thread thread_;
+  CommThread comm_thread_;  // stopped first in the destructor, while what its jobs use lives
 };
 
 // The options after the environment: RINGZERO_COMM_TIMEOUT replaces the default timeout,
