@@ -5,7 +5,8 @@
 # Each repetition runs ringzero and the peer right after each other (alternating), REPS
 # times; bench/comm_targets.py prints the medians and ratios.
 # Usage: bash bench/comm_targets.sh BUILD_DIR > raw.txt; python3 bench/comm_targets.py raw.txt
-#   SLOTS_TOO=1 adds the shm ring with direct reads off (RINGZERO_SHM_CMA=0) for all_gather and all_reduce.
+#   SLOTS_TOO=1 adds the shm ring with direct reads off (RINGZERO_SHM_CMA=0) for all_gather and all_reduce,
+#   and for all_gather the ring on private host memory (--host-memory private: chunks read with CMA, not memcpy).
 #   BUILD_DIR configured with -DRINGZERO_BENCH=ON (needs openmpi-bin libopenmpi-dev libgloo-dev).
 set -uo pipefail
 B=${1:?usage: bench/comm_targets.sh BUILD_DIR}
@@ -22,6 +23,9 @@ for rep in $(seq 1 "$REPS"); do
       # SLOTS_TOO=1: also the shm ring with direct reads (CMA) off, as "ringzero-slots".
       if [ -n "${SLOTS_TOO:-}" ] && [ "$OP" != reduce_scatter ]; then
         RINGZERO_SHM_CMA=0 rz --op $OP --nproc $N --transport shm --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-slots shm $OP $N /"
+      fi
+      if [ -n "${SLOTS_TOO:-}" ] && [ "$OP" = all_gather ]; then
+        rz --op $OP --nproc $N --transport shm --host-memory private --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-cma shm $OP $N /"
       fi
       mpi -np $N "$B/bench/bench_mpi_allreduce" 65536 16777216 $ITERS 3 $OP | sed "s/^/openmpi shm $OP $N /"
     done

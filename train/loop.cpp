@@ -201,6 +201,10 @@ void Trainer::setup() {
 
   ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};
   mopts.attention = parse_attention(cfg_.attention);
+  // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
+  // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).
+  mopts.shared_params = comm_->reads_shared_memory() &&
+                        (cfg_.strategy == StrategyKind::zero1 || cfg_.strategy == StrategyKind::zero2);
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init)
     read_model_file_chunks(cfg_.init,
