@@ -140,8 +140,9 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 // inbox while its own is full. Because the right neighbour reads `out` after this rank
 // has moved on, the phase ends by waiting until it has read everything.
 // AllReduce's AllGather phase does not use direct reads: measured on the 2-core VM it was
-// slower with them (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md), the
-// plain AllGather faster (up to 2.3x at 1 MiB).
+// slower with CMA references (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md),
+// the plain AllGather faster (up to 2.3x at 1 MiB); and DDP's gradient buckets are not
+// registered memory, so registered references would not reach training there.
 void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool allow_direct) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
