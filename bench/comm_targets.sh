@@ -7,6 +7,7 @@
 # Usage: bash bench/comm_targets.sh BUILD_DIR > raw.txt; python3 bench/comm_targets.py raw.txt
 #   SLOTS_TOO=1 adds the shm ring with direct reads off (RINGZERO_SHM_CMA=0) for all_gather and all_reduce,
 #   and for all_gather the ring on private host memory (--host-memory private: chunks read with CMA, not memcpy).
+#   BEFORE=/path/to/older/ringzero adds that binary's shm collectives as "ringzero-before" (a before/after pair).
 #   OPS="all_gather" limits the shm collectives; SKIP_LATENCY=1 and SKIP_TCP=1 skip those parts.
 #   BUILD_DIR configured with -DRINGZERO_BENCH=ON (needs openmpi-bin libopenmpi-dev libgloo-dev).
 set -uo pipefail
@@ -17,6 +18,7 @@ NS=${NS:-"2 4"}
 OPS=${OPS:-"all_reduce reduce_scatter all_gather"}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader"
 rz() { "$B/ringzero" comm-bench "$@" | grep -v '^#' | awk '{print $1, $5}'; }
+rz_before() { "$BEFORE" comm-bench "$@" | grep -v '^#' | awk '{print $1, $5}'; }
 mpi() { $MPIRUN "$@" 2>/dev/null | grep -v '^#' | awk '{print $1, $3}'; }
 for rep in $(seq 1 "$REPS"); do
   for N in $NS; do
@@ -25,6 +27,9 @@ for rep in $(seq 1 "$REPS"); do
       # SLOTS_TOO=1: also the shm ring with direct reads (CMA) off, as "ringzero-slots".
       if [ -n "${SLOTS_TOO:-}" ] && [ "$OP" != reduce_scatter ]; then
         RINGZERO_SHM_CMA=0 rz --op $OP --nproc $N --transport shm --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-slots shm $OP $N /"
+      fi
+      if [ -n "${BEFORE:-}" ]; then
+        rz_before --op $OP --nproc $N --transport shm --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-before shm $OP $N /"
       fi
       if [ -n "${SLOTS_TOO:-}" ] && [ "$OP" = all_gather ]; then
         rz --op $OP --nproc $N --transport shm --host-memory private --min-bytes 64K --max-bytes 16M --iters $ITERS --warmup 3 | sed "s/^/ringzero-cma shm $OP $N /"
