@@ -93,11 +93,15 @@ class Buffer {
       count_ = std::exchange(o.count_, 0);
       tag_ = o.tag_;
       device_ = o.device_;
+      shared_ = std::exchange(o.shared_, false);
     }
     return *this;
   }
 
   void allocate(MemTag tag, size_t count, Device dev = {});  // releases any previous contents
+  // Host memory that peer processes can map, so the shm transport reads it in place with
+  // memcpy (base/shared_memory.h); accounted under tag exactly like allocate(tag, count).
+  void allocate_shared(MemTag tag, size_t count);
   void release();
 
   T* data() { return data_; }
@@ -107,6 +111,7 @@ class Buffer {
   bool empty() const { return count_ == 0; }
   MemTag tag() const { return tag_; }
   Device device() const { return device_; }
+  bool shared() const { return shared_; }  // allocated with allocate_shared
   T& operator[](size_t i) { return data_[i]; }
   const T& operator[](size_t i) const { return data_[i]; }
 
@@ -115,12 +120,16 @@ class Buffer {
   size_t count_ = 0;
   MemTag tag_ = MemTag::workspace;
   Device device_;
+  bool shared_ = false;
 };
 
 // Untyped helpers behind Buffer (they throw rz::Error when memory runs out or when no
 // allocator is registered for the device).
 void* tracked_alloc(MemTag tag, size_t bytes, Device dev = {});
 void tracked_free(MemTag tag, void* p, size_t bytes, Device dev = {});
+// Shareable host memory (base/shared_memory.h), tracked like tracked_alloc(tag, bytes).
+void* tracked_alloc_shared(MemTag tag, size_t bytes);
+void tracked_free_shared(MemTag tag, void* p, size_t bytes);
 
 template <typename T>
 void Buffer<T>::allocate(MemTag tag, size_t count, Device dev) {
@@ -132,10 +141,22 @@ void Buffer<T>::allocate(MemTag tag, size_t count, Device dev) {
 }
 
 template <typename T>
+void Buffer<T>::allocate_shared(MemTag tag, size_t count) {
+  release();
+  tag_ = tag;
+  device_ = Device{};
+  data_ = static_cast<T*>(tracked_alloc_shared(tag, count * sizeof(T)));
+  count_ = count;
+  shared_ = true;
+}
+
+template <typename T>
 void Buffer<T>::release() {
-  if (data_ != nullptr) tracked_free(tag_, data_, count_ * sizeof(T), device_);
+  if (data_ != nullptr && shared_) tracked_free_shared(tag_, data_, count_ * sizeof(T));
+  else if (data_ != nullptr) tracked_free(tag_, data_, count_ * sizeof(T), device_);
   data_ = nullptr;
   count_ = 0;
+  shared_ = false;
 }
 
 std::string format_bytes(double bytes);  // "1.50 MiB"

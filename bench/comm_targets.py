@@ -37,3 +37,28 @@ if any(k[0] == "ringzero-slots" for k in t):
                 a, s_, p = (med.get((i, "shm", op, n, b)) for i in ("ringzero", "ringzero-slots", "openmpi"))
                 if a is None or s_ is None or p is None: continue
                 print(f"| {op} | {n} | {b} | {a:.1f} | {s_:.1f} | {p:.1f} | {s_ / a:.2f}x | {p / a:.2f}x |")
+
+if any(k[0] == "ringzero-cma" for k in t):
+    print()
+    print("AllGather on registered (shared) host memory vs private memory (--host-memory private: CMA), shm:")
+    print()
+    print("| N | bytes | registered us | private (CMA) us | slots us | openmpi us | cma/registered | slots/registered | openmpi/registered |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in (2, 4):
+        for b in (65536, 1 << 20, 16 << 20):
+            a, c_, s_, p = (med.get((i, "shm", "all_gather", n, b)) for i in ("ringzero", "ringzero-cma", "ringzero-slots", "openmpi"))
+            if a is None or c_ is None or s_ is None or p is None: continue
+            print(f"| {n} | {b} | {a:.1f} | {c_:.1f} | {s_:.1f} | {p:.1f} | {c_ / a:.2f}x | {s_ / a:.2f}x | {p / a:.2f}x |")
+
+if any(k[0] == "ringzero-before" for k in t):
+    print()
+    print("Before (BEFORE=older binary) vs after, shm:")
+    print()
+    print("| op | N | bytes | before us | after us | openmpi us | before/after | openmpi/before | openmpi/after |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in (2, 4):
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
+            for b in (65536, 1 << 20, 16 << 20):
+                o, a, p = (med.get((i, "shm", op, n, b)) for i in ("ringzero-before", "ringzero", "openmpi"))
+                if o is None or a is None or p is None: continue
+                print(f"| {op} | {n} | {b} | {o:.1f} | {a:.1f} | {p:.1f} | {o / a:.2f}x | {p / o:.2f}x | {p / a:.2f}x |")

@@ -12,14 +12,18 @@
 // send() returns when the bytes are out of the caller's buffer (copied into the
 // neighbour's slot or handed to the kernel), so the ring may overwrite src at once.
 //
-// Direct reads (registered buffers): a channel whose receiver can read the sender's memory
-// in place (shm with cross-memory attach, process_vm_readv) says so with direct_reads().
-// The ring may then send a chunk as a reference to where it lies (send_direct) and the
-// receiver copies it once, straight from the sender's buffer into its own (recv_direct):
-// one copy per hop instead of two (into a slot, out of it). The sender's bytes must stay
-// unchanged until wait_sent_consumed() returns, so a collective that sent references
-// calls it before it returns. Both ends of every edge agree on direct_reads() (the shm
-// transport decides it for the whole ring at connect time).
+// Direct reads: a channel whose receiver can read the sender's memory in place (shm) says
+// so with direct_reads(). For an AllGather chunk the ring then first calls send_direct,
+// and the transport decides: it sends a reference to where the chunk lies, which the
+// receiver copies once, straight from the sender's buffer into its own (recv_direct: one
+// copy per hop instead of two, into a slot and out of it), or, where such a read would
+// not beat the slots, a note that the chunk follows through the slots in segments. The
+// shm transport reads registered buffers (base/shared_memory.h) with memcpy from a
+// mapping of the sender's region, other memory with cross-memory attach (process_vm_readv)
+// up to kDirectChunkMaxBytes. The sender's bytes must stay unchanged until
+// wait_sent_consumed() returns, so a collective that sent references calls it before it
+// returns. Both ends of every edge agree on direct_reads() (the shm transport decides it
+// for the whole ring at connect time).
 #pragma once
 
 #include <cstddef>
@@ -57,19 +61,25 @@ class RingChannel {
   // Marks both directions closed so the neighbours fail at once instead of timing out.
   virtual void close() = 0;
 
-  // Direct reads (see the top of this file); only called when direct_reads() is true.
+  // Direct reads (see the top of this file); the calls below only when direct_reads() is true.
   virtual bool direct_reads() const { return false; }
-  // Sends a reference to bytes bytes at src (which stay unchanged until wait_sent_consumed()).
-  virtual void send_direct(const void* src, size_t bytes) {
+  // Sends a reference to the bytes bytes at src (which then stay unchanged until
+  // wait_sent_consumed()) and returns true, or returns false after sending the note that
+  // the chunk follows through the slots (the caller then send()s it in segments).
+  virtual bool send_direct(const void* src, size_t bytes) {
     (void)src, (void)bytes;
     RZ_FAIL("this transport cannot read its neighbour's memory directly");
   }
-  // Receives the next reference from the left, checks that it covers bytes bytes, and
-  // copies them from the left neighbour's memory into dst.
-  virtual void recv_direct(void* dst, size_t bytes) {
+  // Receives what send_direct sent for a chunk of bytes bytes: copies a referenced chunk
+  // from the left neighbour's memory into dst and returns true, or returns false when the
+  // chunk follows through the slots (the caller then recv()s it in segments).
+  virtual bool recv_direct(void* dst, size_t bytes) {
     (void)dst, (void)bytes;
     RZ_FAIL("this transport cannot read its neighbour's memory directly");
   }
+  // Whether references to registered buffers (base/shared_memory.h) are read with memcpy
+  // from a mapping rather than through the kernel: what makes allocating them worth it.
+  virtual bool reads_shared_memory() const { return false; }
   // Waits until the right neighbour has consumed every message this rank sent.
   virtual void wait_sent_consumed() {}
 };

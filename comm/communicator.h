@@ -95,6 +95,11 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string transport_name() const = 0;  // "thread", "shm", "tcp"
+  // True when the peers read host buffers allocated with Buffer::allocate_shared
+  // (base/memory.h) in place with memcpy, so an AllGather into such a buffer costs one copy
+  // per hop at memory speed (the shm transport with direct reads, docs/comm.md). Callers
+  // that gather into a long-lived host buffer allocate it that way when this is true.
+  virtual bool reads_shared_memory() const { return false; }
 
   // In place: buf holds count elements on entry and the reduction on exit.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;

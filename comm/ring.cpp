@@ -129,16 +129,20 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
 }
 
 // The AllGather phase over out (count elements), which already holds chunk r.
-// With allow_direct over a channel with direct reads, a chunk of kDirectChunkBytes up to
-// kDirectChunkMaxBytes goes as one reference that the right neighbour copies straight out of `out` (one copy per hop
-// instead of two); smaller chunks, and every chunk elsewhere, go through the slots in
-// segments. Both ends of a hop see the same chunk size, so they agree on the way. Message
-// by message the round keeps exchange_round's order (send one, receive one), so no rank
-// waits on a full inbox while its own is full. Because the right neighbour reads `out`
-// after this rank has moved on, the phase ends by waiting until it has read everything.
+// With allow_direct over a channel with direct reads, every chunk of at least
+// kDirectChunkBytes starts with send_direct / recv_direct: the transport either sends a
+// reference that the right neighbour copies straight out of `out` (one copy per hop
+// instead of two), or a note after which the chunk goes through the slots in segments as
+// usual (channel.h). Smaller chunks, and every chunk elsewhere, go through the slots.
+// Both ends of a hop see the same chunk size, so they agree on whether the first message
+// is a direct one; what follows it the receiver learns from it. Message by message the
+// round keeps exchange_round's order (send one, receive one), so no rank waits on a full
+// inbox while its own is full. Because the right neighbour reads `out` after this rank
+// has moved on, the phase ends by waiting until it has read everything.
 // AllReduce's AllGather phase does not use direct reads: measured on the 2-core VM it was
-// slower with them (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md), the
-// plain AllGather faster (up to 2.3x at 1 MiB).
+// slower with CMA references (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md),
+// the plain AllGather faster (up to 2.3x at 1 MiB); and DDP's gradient buckets are not
+// registered memory, so registered references would not reach training there.
 void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool allow_direct) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
@@ -151,25 +155,30 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
     ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
     char* send_src = out + sc.offset * esz;
     char* recv_dst = out + rc.offset * esz;
-    auto by_reference = [&](size_t n) { return direct && n * esz >= kDirectChunkBytes && n * esz <= kDirectChunkMaxBytes; };
-    const bool send_ref = by_reference(sc.count), recv_ref = by_reference(rc.count);
+    // Messages of this round in each direction: [direct message] then segments.
+    const bool send_first = direct && sc.count * esz >= kDirectChunkBytes;
+    const bool recv_first = direct && rc.count * esz >= kDirectChunkBytes;
+    const size_t send_segs = (sc.count + seg - 1) / seg, recv_segs = (rc.count + seg - 1) / seg;
+    size_t nsend = send_first ? 1 : send_segs, nrecv = recv_first ? 1 : recv_segs;
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    const size_t nsend = send_ref ? 1 : (sc.count + seg - 1) / seg, nrecv = recv_ref ? 1 : (rc.count + seg - 1) / seg;
-    for (size_t s = 0; s < std::max(nsend, nrecv); ++s) {
-      if (s < nsend && send_ref) {
-        ch.send_direct(send_src, sc.count * esz);
-        sent_direct = true;
-        ctx.bytes_sent += sc.count * esz;
-      } else if (s < nsend) {
-        const size_t n = std::min(seg, sc.count - s * seg);
+    for (size_t m = 0; m < std::max(nsend, nrecv); ++m) {
+      if (m < nsend && send_first && m == 0) {
+        if (ch.send_direct(send_src, sc.count * esz)) {
+          sent_direct = true;
+          ctx.bytes_sent += sc.count * esz;
+        } else {
+          nsend = 1 + send_segs;  // the chunk follows through the slots
+        }
+      } else if (m < nsend) {
+        const size_t s = send_first ? m - 1 : m, n = std::min(seg, sc.count - s * seg);
         ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
         ctx.bytes_sent += n * esz;
       }
-      if (s < nrecv && recv_ref) {
-        ch.recv_direct(recv_dst, rc.count * esz);
-        ctx.bytes_recv += rc.count * esz;
-      } else if (s < nrecv) {
-        const size_t first = s * seg, n = std::min(seg, rc.count - first);
+      if (m < nrecv && recv_first && m == 0) {
+        if (ch.recv_direct(recv_dst, rc.count * esz)) ctx.bytes_recv += rc.count * esz;
+        else nrecv = 1 + recv_segs;
+      } else if (m < nrecv) {
+        const size_t s = recv_first ? m - 1 : m, first = s * seg, n = std::min(seg, rc.count - first);
         ch.recv(n * esz, MsgTag::data,
                 [&](const void* incoming) {
                   if (ctx.elements != nullptr) ctx.elements->copy(recv_dst + first * esz, incoming, n * esz);

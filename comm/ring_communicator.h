@@ -36,6 +36,10 @@ class RingCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return nranks_; }
   std::string transport_name() const override { return transport_; }
+  bool reads_shared_memory() const override {
+    const RingChannel* ch = host_channel_ != nullptr ? host_channel_ : channel_.get();
+    return ch != nullptr && ch->direct_reads() && ch->reads_shared_memory();
+  }
 
   void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) override;
   void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) override;

@@ -31,14 +31,15 @@ void futex_wake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
 }
 
-// A zombie still answers kill(pid, 0), so also look at its state in /proc.
+// A zombie still answers kill(pid, 0), so also look at its state in /proc. A /proc entry
+// that exists but cannot be read (a seccomp filter, hidepid) says nothing: alive.
 bool process_gone(int pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0) return errno == ESRCH;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
   FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return true;
+  if (f == nullptr) return errno == ENOENT || errno == ESRCH;
   char buf[512] = {0};
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);

@@ -12,14 +12,18 @@
 // them is an error naming its size here, not a SIGBUS in the middle of a collective.
 //
 // Direct reads (channel.h): where the kernel lets a rank read its left neighbour's memory
-// with cross-memory attach (process_vm_readv, "CMA", what OpenMPI's vader uses), the ring
-// sends large AllGather chunks as references and the receiver copies them once, straight
-// out of the sender's buffer. Each rank probes that at connect time by reading a known
-// word from its left neighbour; the ring uses direct reads only when every rank's probe
-// succeeded (the whole ring agrees through the store), otherwise rank 0 says once why
-// (Yama ptrace_scope, a seccomp filter, different users) and every chunk goes through the
-// slots as before. Under Yama ptrace_scope 1 each rank first names its right neighbour as
-// its one permitted reader (prctl PR_SET_PTRACER). RINGZERO_SHM_CMA=0 turns direct reads off.
+// (the ptrace-style right that cross-memory attach needs), the ring sends AllGather chunks
+// as references and the receiver copies them once, straight out of the sender's buffer:
+// with memcpy from a cached read-only mapping when the buffer is registered (a memfd of
+// its own, base/shared_memory.h, opened through /proc/<pid>/fd/<fd>), with
+// process_vm_readv ("CMA", what OpenMPI's vader uses) otherwise. Each rank probes that at
+// connect time by reading a known word from its left neighbour; the ring uses direct reads
+// only when every rank's probe succeeded (the whole ring agrees through the store),
+// otherwise rank 0 says once why (Yama ptrace_scope, a seccomp filter, different users)
+// and every chunk goes through the slots as before. Under Yama ptrace_scope 1 each rank
+// first names its right neighbour as its one permitted reader (prctl PR_SET_PTRACER). A
+// rank that cannot map a registered buffer says so once and reads it with CMA instead.
+// RINGZERO_SHM_CMA=0 turns direct reads off.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -34,8 +38,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <string>
+#include <vector>
+
+#include "base/shared_memory.h"
 #include "base/stop_signal.h"
 #include "comm/launch.h"
+#include "comm/ring.h"
 #include "comm/transports.h"
 
 namespace rz {
@@ -115,10 +124,76 @@ void cma_read(int pid, int peer_rank, void* dst, uint64_t addr, size_t bytes) {
   }
 }
 
-// What a direct reference carries: where the chunk lies in the sender's address space.
+// What a direct message carries (channel.h): how the receiver gets the chunk.
+enum class DirectKind : uint32_t { slots = 0, cma = 1, region = 2 };
 struct DirectRef {
-  uint64_t addr;
-  uint64_t bytes;
+  uint32_t kind;          // DirectKind
+  int32_t fd;             // region: the memfd's number in the sender
+  uint64_t bytes;         // the chunk's size
+  uint64_t addr;          // where the chunk lies in the sender's address space (cma, region)
+  uint64_t region;        // region: its id (base/shared_memory.h)
+  uint64_t offset;        // region: the chunk's offset in it
+  uint64_t region_bytes;  // region: its mapped size
+  uint64_t inode;         // region: the memfd's inode
+  uint64_t free_epoch;    // region: the sender's free epoch when it sent this
+};
+static_assert(sizeof(DirectRef) <= 64, "a direct message must fit the smallest slot (slot_bytes_for)");
+
+// The left neighbour's registered regions this rank has mapped, by region id. Ids are
+// never reused, so a cached mapping is always the right memory; when the sender's free
+// epoch moves on (it freed some region) every mapping is dropped, so no freed region's
+// pages stay alive here for longer than until the next reference.
+class RegionMaps {
+ public:
+  ~RegionMaps() { drop_all(); }
+  // The base of region ref.region mapped read-only, or nullptr (with why and err set) if
+  // the sender's memfd cannot be opened or mapped.
+  const char* map(const DirectRef& ref, int pid, std::string* why, int* err) {
+    if (ref.free_epoch != epoch_) {
+      drop_all();
+      epoch_ = ref.free_epoch;
+    }
+    for (const Mapped& m : maps_)
+      if (m.id == ref.region) return m.base;
+    const std::string path = strfmt("/proc/%d/fd/%d", pid, ref.fd);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      *err = errno;
+      *why = strfmt("open %s: %s", path.c_str(), errno_string().c_str());
+      return nullptr;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ref.inode ||
+        static_cast<uint64_t>(st.st_size) < ref.region_bytes) {
+      ::close(fd);
+      *err = EINVAL;
+      *why = strfmt("%s is not the registered buffer it should be", path.c_str());
+      return nullptr;
+    }
+    // MAP_POPULATE: one pass over the page tables instead of a fault per page on first read.
+    void* p = mmap(nullptr, ref.region_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      *err = errno;
+      *why = strfmt("mmap %s: %s", path.c_str(), errno_string().c_str());
+      return nullptr;
+    }
+    maps_.push_back(Mapped{ref.region, static_cast<const char*>(p), ref.region_bytes});
+    return maps_.back().base;
+  }
+
+ private:
+  struct Mapped {
+    uint64_t id;
+    const char* base;
+    size_t bytes;
+  };
+  void drop_all() {
+    for (const Mapped& m : maps_) munmap(const_cast<char*>(m.base), m.bytes);
+    maps_.clear();
+  }
+  std::vector<Mapped> maps_;
+  uint64_t epoch_ = 0;
 };
 
 // The slot channel of thread and shm (transports.h) plus direct reads.
@@ -127,16 +202,37 @@ class ShmChannel final : public SlotChannel {
   ShmChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, int left_pid,
              bool direct, std::shared_ptr<void> keep)
       : SlotChannel(to_right, from_left, rank, nranks, timeout_s, true, std::move(keep)),
+        rank_(rank),
         left_pid_(left_pid),
         direct_(direct) {}
   bool direct_reads() const override { return direct_; }
-  void send_direct(const void* src, size_t bytes) override {
-    const DirectRef ref{static_cast<uint64_t>(reinterpret_cast<uintptr_t>(src)), bytes};
+  bool reads_shared_memory() const override { return direct_; }
+  // A chunk in a registered buffer goes as a region reference at any size (the receiver
+  // memcpy's it from its mapping), other memory as a CMA reference up to
+  // kDirectChunkMaxBytes, larger chunks through the slots.
+  bool send_direct(const void* src, size_t bytes) override {
+    DirectRef ref{};
+    ref.bytes = bytes;
+    ref.addr = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(src));
+    SharedRegionRef region;
+    if (find_shared_region(src, bytes, &region)) {
+      ref.kind = static_cast<uint32_t>(DirectKind::region);
+      ref.fd = region.fd;
+      ref.region = region.id;
+      ref.offset = region.offset;
+      ref.region_bytes = region.region_bytes;
+      ref.inode = region.inode;
+      ref.free_epoch = region.free_epoch;
+    } else {
+      ref.kind = static_cast<uint32_t>(bytes <= kDirectChunkMaxBytes ? DirectKind::cma : DirectKind::slots);
+    }
     to_right_.send(&ref, sizeof ref, MsgTag::direct, right_);
+    return ref.kind != static_cast<uint32_t>(DirectKind::slots);
   }
-  void recv_direct(void* dst, size_t bytes) override {
+  bool recv_direct(void* dst, size_t bytes) override {
     // The slot stays taken while we read: the sender's wait_sent_consumed() returns only
     // after the copy is done.
+    bool referenced = true;
     from_left_.recv(sizeof(DirectRef), MsgTag::direct, [&](const void* p) {
       DirectRef ref;
       std::memcpy(&ref, p, sizeof ref);
@@ -144,14 +240,44 @@ class ShmChannel final : public SlotChannel {
         throw PeerError(left_.peer_rank, strfmt("rank %d sent a reference to %llu bytes where %zu were expected: the "
                                                 "ranks are not running the same collective", left_.peer_rank,
                                                 static_cast<unsigned long long>(ref.bytes), bytes));
+      const auto kind = static_cast<DirectKind>(ref.kind);
+      if (kind == DirectKind::slots) {
+        referenced = false;
+        return;
+      }
+      if (kind == DirectKind::region && maps_usable_) {
+        if (ref.offset > ref.region_bytes || bytes > ref.region_bytes - ref.offset)
+          throw PeerError(left_.peer_rank, strfmt("rank %d sent a reference outside its registered buffer",
+                                                  left_.peer_rank));
+        std::string why;
+        int err = 0;
+        if (const char* base = maps_.map(ref, left_pid_, &why, &err)) {
+          std::memcpy(dst, base + ref.offset, bytes);
+          return;
+        }
+        // The sender keeps the memfd open until this read is done, so a missing fd (or
+        // /proc entry) means its process is gone (a zombie has closed its fds already).
+        if (err == ENOENT || err == ESRCH)
+          throw PeerError(left_.peer_rank, strfmt("peer rank %d closed the channel (its process %d died)",
+                                                  left_.peer_rank, left_pid_));
+        maps_usable_ = false;
+        std::fprintf(stderr,
+                     "ringzero: shm transport: rank %d cannot map rank %d's registered buffer (%s); reading it "
+                     "with process_vm_readv instead (docs/comm.md, direct reads)\n",
+                     rank_, left_.peer_rank, why.c_str());
+      }
       cma_read(left_pid_, left_.peer_rank, dst, ref.addr, bytes);
     }, left_);
+    return referenced;
   }
   void wait_sent_consumed() override { to_right_.wait_consumed(right_); }
 
  private:
+  int rank_;
   int left_pid_;
   bool direct_;
+  bool maps_usable_ = true;  // false after a mapping failed: every later region is read with CMA
+  RegionMaps maps_;
 };
 
 // The word each rank's right neighbour reads to find out whether direct reads work.

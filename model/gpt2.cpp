@@ -396,8 +396,9 @@ GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_un
   impl_->layout = build_param_layout(impl_->cfg);
   impl_->ready_ranges = grad_ready_ranges(impl_->layout);
   impl_->backend = make_backend(opts.device);
-  impl_->params.allocate(MemTag::params, impl_->layout.total * precision_bytes(opts.precision),
-                         opts.device);
+  const size_t param_bytes = impl_->layout.total * precision_bytes(opts.precision);
+  if (opts.shared_params && opts.device.is_cpu()) impl_->params.allocate_shared(MemTag::params, param_bytes);
+  else impl_->params.allocate(MemTag::params, param_bytes, opts.device);
 }
 
 GPT2::~GPT2() = default;

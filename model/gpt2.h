@@ -29,6 +29,10 @@ struct ModelOptions {
   Recompute recompute = Recompute::none;
   Device device;                // where parameters and activations live (the host by default)
   Attention attention = Attention::materialized;  // what attention saves for backward
+  // Host parameters in memory peer processes can map (Buffer::allocate_shared): the
+  // launcher sets it when the strategy gathers into them over a communicator that reads
+  // such memory in place (zero1/zero2 over shm). Ignored on a GPU.
+  bool shared_params = false;
 
   // Constructors rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
   // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise). The

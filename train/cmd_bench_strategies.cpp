@@ -90,6 +90,8 @@ int bench_rank(const BenchArgs& a) {
            cfg.max_seq_len, a.seq);
   ModelOptions mo;
   mo.precision = parse_precision(a.precision);
+  // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
+  mo.shared_params = comm->reads_shared_memory() && (a.strategy == "zero1" || a.strategy == "zero2");
   GPT2 model(cfg, mo);
   model.init_random(42);
   StrategyOptions so;

@@ -51,6 +51,7 @@ struct BenchArgs {
   double timeout_s = 300;
   std::string segment = "1M";
   std::string device = "cpu";
+  std::string host_memory = "auto";
 };
 
 size_t parse_bytes(const std::string& s, const char* flag) {
@@ -84,22 +85,28 @@ struct Typed {
   }
 };
 
-// Where the benchmark's tensors live: host memory, or GPU memory through a backend (dev).
+// Where the benchmark's tensors live: host memory, shared host memory that the peers read
+// in place (Buffer::allocate_shared, as zero1/zero2's parameters when the communicator
+// reads it: --host-memory auto), or GPU memory through a backend (dev).
 struct BenchMemory {
   Backend* dev = nullptr;
   double copy_gbps = 0;  // device-to-device copy bandwidth measured in this run (dev only)
+  bool shared = false;   // host tensors in shared memory (a twin; dev == nullptr)
 
-  // A buffer for n elements: the host one itself, or a device twin (at least 1 byte).
+  // A buffer for n elements: the host one itself, or a device / shared twin (at least 1 byte).
   void* place(Typed& host, size_t n, Buffer<unsigned char>& twin) const {
-    if (dev == nullptr) return host.data();
-    twin.allocate(MemTag::comm, std::max<size_t>(n * dtype_size(host.dt), 1), dev->device());
+    if (dev == nullptr && !shared) return host.data();
+    if (dev == nullptr) twin.allocate_shared(MemTag::comm, std::max<size_t>(n * dtype_size(host.dt), 1));
+    else twin.allocate(MemTag::comm, std::max<size_t>(n * dtype_size(host.dt), 1), dev->device());
     return twin.data();
   }
   void upload(void* d, Typed& host, size_t n) const {
     if (dev != nullptr && n > 0) dev->copy_from_host(d, host.data(), n * dtype_size(host.dt));
+    else if (shared && n > 0) std::memcpy(d, host.data(), n * dtype_size(host.dt));
   }
   void download(Typed& host, const void* d, size_t n) const {
     if (dev != nullptr && n > 0) dev->copy_to_host(host.data(), d, n * dtype_size(host.dt));
+    else if (shared && n > 0) std::memcpy(host.data(), d, n * dtype_size(host.dt));
   }
   void ready() const {
     if (dev != nullptr) dev->synchronize();
@@ -124,8 +131,10 @@ double measure_copy_gbps(Backend& dev, size_t bytes) {
 
 // One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
 uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg,
-                    const BenchMemory& mem = {}) {
+                    const BenchMemory& mem_in = {}) {
   const int N = c.size(), r = c.rank();
+  BenchMemory mem = mem_in;
+  mem.shared = mem.dev == nullptr && a.host_memory == "auto" && c.reads_shared_memory();
   const DType dt = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const ReduceOp redop = a.redop == "avg" ? ReduceOp::avg : ReduceOp::sum;
   const size_t esz = dtype_size(dt);
@@ -166,6 +175,7 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
                 dev ? "       bound  %bound" : "");
     std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
                 dev ? "        (us)        " : "");
+    if (mem.shared) std::printf("# host tensors in shared memory: the peers read AllGather chunks in place (memcpy)\n");
     std::fflush(stdout);
   }
   uint64_t wrong_total = 0;
@@ -286,6 +296,10 @@ int run_comm_bench(int argc, char** argv) {
   app.add_option("--segment-bytes", a.segment, "ring pipeline segment (suffixes K, M)")->capture_default_str();
   app.add_option("--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--host-memory", a.host_memory,
+                 "host tensors: auto (in shared memory the peers read in place where the transport can, as "
+                 "zero1/zero2's parameters are; shm with direct reads) or private (ordinary memory)")
+      ->check(CLI::IsMember({"auto", "private"}))->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object per size instead of the table");
   try {
     app.parse(argc, argv);

@@ -105,6 +105,7 @@ class Trainer {
   RankEnv env_;
   int rank_ = 0, world_ = 1, accum_ = 1;
   std::unique_ptr<Communicator> comm_;
+  bool shared_params_ = false;  // parameters in shared memory (ModelOptions::shared_params)
   std::unique_ptr<Tokenizer> tok_;
   GPT2Config mcfg_;
   Precision precision_ = Precision::fp32;
@@ -201,6 +202,11 @@ void Trainer::setup() {
 
   ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};
   mopts.attention = parse_attention(cfg_.attention);
+  // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
+  // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).
+  mopts.shared_params = comm_->reads_shared_memory() &&
+                        (cfg_.strategy == StrategyKind::zero1 || cfg_.strategy == StrategyKind::zero2);
+  shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init)
     read_model_file_chunks(cfg_.init,
@@ -435,6 +441,8 @@ int Trainer::run() {
     std::printf("%s", format_config_table(cfg_).c_str());
     std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
+    if (shared_params_)
+      std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
     if (tok_ == nullptr && cfg_.sample_every > 0)
       std::printf("note: no tokenizer (no --tokenizer and no tokenizer.bin beside the data): no samples\n");
     std::fflush(stdout);
