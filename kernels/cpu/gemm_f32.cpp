@@ -76,22 +76,38 @@ void pack_a(float* ap, const GemmOperand& a, int64_t i0, int64_t mc, int64_t k0,
 }
 
 // b block k [k0, k0+kc), columns [j0, j0+nc) into 16-column panels: panel q, step k holds
-// columns q*16 .. q*16+15 at bp[q*16*kc + k*16 + c], zero past nc.
-void pack_b_panel(float* bp, const GemmOperand& b, int64_t k0, int64_t kc, int64_t j0, int64_t cols) {
+// columns q*16 .. q*16+15 at bp[q*16*kc + k*16 + c], zero past nc. Packs panels [q0, q1).
+// A row-major b is read row by row across all the panels (one sequential stream through
+// memory: panel by panel, each k step was a new cache line at a stride of b's row, and the
+// loads of that first touch were the packing's main cost); a transposed b column by column.
+void pack_b_panels(float* bp, const GemmOperand& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t q0,
+                   int64_t q1) {
   if (b.col_stride == 1) {
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = b.data + (k0 + k) * b.row_stride + j0;
-      float* dst = bp + k * kNR;
-      for (int64_t c = 0; c < cols; ++c) dst[c] = src[c];
-      for (int64_t c = cols; c < kNR; ++c) dst[c] = 0.0f;
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t cols = std::min(kNR, nc - q * kNR);
+        const float* s = src + q * kNR;
+        float* dst = bp + q * kNR * kc + k * kNR;
+        if (cols == kNR) {
+          std::memcpy(dst, s, kNR * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < cols; ++c) dst[c] = s[c];
+          for (int64_t c = cols; c < kNR; ++c) dst[c] = 0.0f;
+        }
+      }
     }
-  } else {
+    return;
+  }
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t cols = std::min(kNR, nc - q * kNR);
+    float* panel = bp + q * kNR * kc;
     for (int64_t c = 0; c < cols; ++c) {
-      const float* src = b.data + k0 * b.row_stride + (j0 + c) * b.col_stride;
-      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = src[k * b.row_stride];
+      const float* src = b.data + k0 * b.row_stride + (j0 + q * kNR + c) * b.col_stride;
+      for (int64_t k = 0; k < kc; ++k) panel[k * kNR + c] = src[k * b.row_stride];
     }
     for (int64_t c = cols; c < kNR; ++c)
-      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = 0.0f;
+      for (int64_t k = 0; k < kc; ++k) panel[k * kNR + c] = 0.0f;
   }
 }
 
@@ -216,8 +232,7 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
       for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = std::min(kKC, K - pc);
         const bool first = pc == 0;
-        for (int64_t q = panels * tid / nth; q < panels * (tid + 1) / nth; ++q)
-          pack_b_panel(bp + q * kNR * kc, b, pc, kc, jc + q * kNR, std::min(kNR, nc - q * kNR));
+        pack_b_panels(bp, b, pc, kc, jc, nc, panels * tid / nth, panels * (tid + 1) / nth);
         if (nth > 1) {
 #pragma omp barrier
         }
