@@ -7,6 +7,7 @@
 // start at a nonzero value to check that backward accumulates (+=) where it should.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -241,6 +242,54 @@ TEST_CASE("flash attention equals the materialised attention", "[kernels][attent
   // bf16: the materialised backward reads probabilities rounded to bf16 when saved; the
   // flash one recomputes them in fp32, so the two differ by about one bf16 rounding.
   SECTION("bf16") { check_flash_against_materialised<bf16>(2e-2); }
+}
+
+// fp32 GELU (on AVX2 + FMA CPUs its own vector code, a sigmoid form of the tanh formula)
+// against the formula in double: a few ulp everywhere, the far tails included; a length
+// that is not a multiple of 8 (the padded last vector); in place; and the same bits
+// wherever a value lies in the buffer (alignment, chunk position).
+TEST_CASE("fp32 gelu matches the tanh formula in double, in place and at any offset", "[kernels]") {
+  const size_t N = 1203;
+  std::vector<float> x(N), d(N);
+  std::mt19937 g(21);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (size_t i = 0; i < N; ++i) x[i] = nd(g), d[i] = nd(g);
+  const float tails[] = {0.f, -0.f, 1e-30f, -1e-30f, 30.f, -30.f, 100.f, -100.f, 5.f, -5.f, 1e4f, -1e4f};
+  for (size_t i = 0; i < sizeof tails / sizeof tails[0]; ++i) x[i * 97] = tails[i];
+  std::vector<float> y(N), dx(N);
+  gelu_forward(y.data(), x.data(), N);
+  gelu_backward(dx.data(), x.data(), d.data(), N);
+  const double k = std::sqrt(2.0 / M_PI);
+  for (size_t i = 0; i < N; ++i) {
+    // The tanh formula written without its cancellation at large -x (1 + tanh u = 2 s,
+    // 1 - tanh^2 u = 4 s (1 - s), s = 1 / (1 + exp(-2u))), so the reference is exact there too.
+    const double xi = x[i], u = k * (xi + 0.044715 * xi * xi * xi), e = std::exp(-2.0 * u), sg = 1.0 / (1.0 + e);
+    const double want = xi * sg;
+    const double one_minus_sg = std::isinf(e) ? 1.0 : e * sg;
+    const double grad = sg + 2.0 * xi * sg * one_minus_sg * k * (1.0 + 3.0 * 0.044715 * xi * xi);
+    if (std::abs(xi) < 3.0) {  // where the plain formula is exact enough in double: the same values
+      const double t = std::tanh(u);
+      CHECK(std::abs(want - 0.5 * xi * (1.0 + t)) <= 1e-10 * std::abs(want) + 1e-300);
+    }
+    INFO("x = " << xi << " gelu " << double(y[i]) << " want " << want << " grad " << double(dx[i]) << " want "
+              << grad * d[i]);
+    // exp(-2u) in fp32 carries u's own rounding, |2u| x 6e-8 relative: the tolerance grows with it.
+    const double rel = 1e-6 * (1.0 + std::min(std::abs(2.0 * u), 80.0));
+    // The absolute term admits the fallback (Eigen's fp32 tanh, CPUs without AVX2), whose
+    // 1 + tanh u rounds to 0 where gelu is below about 1e-7 |x|.
+    CHECK(std::abs(y[i] - want) <= rel * std::abs(want) + 2e-7 * std::abs(xi) + 1e-30);
+    CHECK(std::abs(dx[i] - grad * d[i]) <= 2.0 * rel * std::abs(grad * d[i]) + 1e-7 * (1.0 + std::abs(xi)) * std::abs(d[i]) + 1e-30);
+  }
+  // in place, and from an offset copy (another alignment, another place in the chunk)
+  std::vector<float> xi = x, di = d;
+  gelu_forward(xi.data(), xi.data(), N);
+  gelu_backward(di.data(), x.data(), di.data(), N);
+  CHECK(xi == y);
+  CHECK(di == dx);
+  std::vector<float> xs(N + 3), ys(N + 3);
+  std::copy(x.begin(), x.end(), xs.begin() + 3);
+  gelu_forward(ys.data() + 3, xs.data() + 3, N);
+  CHECK(std::vector<float>(ys.begin() + 3, ys.end()) == y);
 }
 
 TEST_CASE("gelu and residual backward match finite differences", "[kernels][fd]") {

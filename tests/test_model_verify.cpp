@@ -172,3 +172,33 @@ TEST_CASE("ringzero bench-step benches a training config's shape and splits the 
   CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --seq 17 --threads 1").status == 1);
   CHECK(run_ringzero("bench-step --config " + dir.file("none.toml")).status == 1);
 }
+
+// The 2-rank comparison with PyTorch DDP (bench/ddp_vs_torch.sh) reads bench-strategies'
+// per-rank step CPU time, on a config's shape.
+TEST_CASE("ringzero bench-strategies benches a training config's shape and reports each rank's step CPU", "[bench]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("small.toml"));
+    f << "layers = 1\nchannels = 32\nheads = 2\nmax_seq = 16\ntokenizer = \"byte\"\nbatch = 2\nseq = 16\n"
+         "nproc_per_node = 2\nbucket_mb = 0.01\n";
+  }
+  Result r = run_ringzero("bench-strategies --config " + dir.file("small.toml") + " --strategy zero2 --steps 2 --warmup 0");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("(L=1 C=32 NH=2 V=257), B=2 T=16, N=2, fp32, buckets 0.01 MiB") != std::string::npos);
+  const size_t at = r.output.find("step_cpu_ms");
+  REQUIRE(at != std::string::npos);
+  double rank0 = 0, ranks[2] = {0, 0};
+  REQUIRE(std::sscanf(r.output.c_str() + at, "step_cpu_ms %lf (ranks %lf %lf)", &rank0, &ranks[0], &ranks[1]) == 3);
+  CHECK(rank0 > 0.0);
+  CHECK(rank0 == ranks[0]);
+  CHECK(ranks[1] > 0.0);
+  // a flag overrides the config; a bad file is one error line and exit 1
+  Result one = run_ringzero("bench-strategies --config " + dir.file("small.toml") +
+                            " --nproc 1 --batch 1 --strategy ddp --steps 1 --warmup 0");
+  INFO(one.output);
+  CHECK(one.status == 0);
+  CHECK(one.output.find("B=1 T=16, N=1") != std::string::npos);
+  CHECK(one.output.find("(ranks ") != std::string::npos);
+  CHECK(run_ringzero("bench-strategies --config " + dir.file("none.toml")).status == 1);
+}

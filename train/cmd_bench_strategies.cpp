@@ -5,8 +5,13 @@
 // Each strategy gets its own launch of --nproc ranks (ringzero re-executes itself; shm
 // between processes on one host). Every rank trains the same model from the same seed on
 // synthetic tokens (a hash of step, rank and position: the numbers measure the machinery,
-// not the data) for --warmup + --steps steps and rank 0 prints one line per strategy:
+// not the data) for --warmup + --steps steps and rank 0 prints one line per strategy.
+// The shape: --model's preset, or a training config's (--config: its model keys, batch,
+// seq, precision, bucket size and buckets in flight), then the flags, later ones winning.
 //   step_ms     median wall time of a whole step (forward, backward, strategy.step)
+//   step_cpu_ms median CPU time of rank 0's process over a step (all its threads: compute,
+//               comm thread; CLOCK_PROCESS_CPUTIME_ID around the step, as PyTorch's
+//               time.process_time() in bench/torch_peer_step.py), then each rank's median
 //   fwdbwd_ms   median forward + backward (gradient collectives run meanwhile)
 //   opt_ms      median strategy.step(): exposed comm wait, clip, AdamW, param AllGather
 //   comm_MB     bytes this rank sent per step, all collectives
@@ -20,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <time.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -31,7 +37,9 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "train/command.h"
+#include "train/config.h"
 #include "train/timeline.h"
+#include "zero/clip.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -39,6 +47,7 @@ namespace {
 
 struct BenchArgs {
   std::string model = "d6";
+  std::string config;              // --config FILE: a training config's shape (bench_shape)
   std::string strategy = "all";
   std::string precision = "fp32";
   std::string transport = "auto";
@@ -63,6 +72,30 @@ std::string trace_path_for(const std::string& path, const std::string& strategy)
   return path.substr(0, dot) + "." + strategy + path.substr(dot);
 }
 
+// CPU seconds this process has used, all threads (the same clock as Python's
+// time.process_time(), which bench/torch_peer_step.py reads around its step).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// The model shape: --config's (preset plus its model keys) or --model's preset, then --vocab.
+GPT2Config bench_shape(const BenchArgs& a) {
+  GPT2Config cfg;
+  if (!a.config.empty()) {
+    TrainConfig tc;
+    if (a.vocab > 0) tc.vocab = a.vocab;  // no tokenizer.bin needed when the vocab is given
+    load_config_toml(tc, a.config);
+    cfg = config_model_shape(tc);
+  } else {
+    cfg = model_preset(a.model);
+  }
+  if (a.vocab > 0) cfg.vocab_size = a.vocab;
+  finalize_config(cfg);
+  return cfg;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -81,11 +114,7 @@ int bench_rank(const BenchArgs& a) {
   CommOptions copts;
   copts.transport = a.transport;
   auto comm = connect_communicator(env, copts);
-  GPT2Config cfg = model_preset(a.model);
-  if (a.vocab > 0) {
-    cfg.vocab_size = a.vocab;
-    finalize_config(cfg);
-  }
+  const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
            cfg.max_seq_len, a.seq);
   ModelOptions mo;
@@ -107,13 +136,14 @@ int bench_rank(const BenchArgs& a) {
                        a.strategy + " " + a.precision);
   const int B = a.batch, T = a.seq, V = cfg.vocab_size;
   std::vector<int> in(B * T), tg(B * T);
-  std::vector<double> step_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
+  std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
   using Clock = std::chrono::steady_clock;
   auto ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
   for (int step = 0; step < a.warmup + a.steps; ++step) {
     timeline.begin_step(*comm, step + 1);
+    const double c0 = process_cpu_seconds();
     auto t0 = Clock::now();
     for (int m = 0; m < a.accum; ++m) {
       for (int i = 0; i < B * T + 1; ++i) {
@@ -138,9 +168,11 @@ int bench_rank(const BenchArgs& a) {
       s = st->step(3e-4f);
     }
     double opt = ms(t1), total = ms(t0);
+    const double cpu = (process_cpu_seconds() - c0) * 1e3;
     timeline.end_step(*comm, step + 1, s.comm_overlapped);
     if (step >= a.warmup) {
       step_ms.push_back(total);
+      step_cpu_ms.push_back(cpu);
       fb_ms.push_back(fb);
       opt_ms.push_back(opt);
       overlap.push_back(s.comm_overlapped);
@@ -152,10 +184,18 @@ int bench_rank(const BenchArgs& a) {
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
   st->params_f32(params.data());  // collective: zero3 gathers them
+  const std::vector<double> rank_cpu_ms = all_gather_partials(*comm, median(step_cpu_ms));
   if (env.rank == 0) {
-    std::printf("%-6s %-5s N=%d  step_ms %8.1f  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
+    std::string per_rank;
+    for (double c : rank_cpu_ms) {
+      char item[32];
+      std::snprintf(item, sizeof item, "%s%.1f", per_rank.empty() ? "" : " ", c);
+      per_rank += item;
+    }
+    std::printf("%-6s %-5s N=%d  step_ms %8.1f  step_cpu_ms %8.1f (ranks %s)  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
                 "  grad_comm_overlapped %5.1f%%  hash %016llx%s\n",
-                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(step_ms), median(fb_ms),
+                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(step_ms), median(step_cpu_ms),
+                per_rank.c_str(), median(fb_ms),
                 median(opt_ms), median(mb_sent), median(comm_ms), 100.0 * median(overlap),
                 static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
                 so.kind == StrategyKind::zero3
@@ -174,26 +214,31 @@ int run_bench_strategies(int argc, char** argv) {
       "gradient communication hidden behind backward (zero3: also of its parameter all-gathers).\n"
       "Synthetic tokens; rank 0 prints one line\n"
       "per strategy with medians over --steps timed steps (after --warmup) and a hash of the\n"
-      "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).",
+      "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).\n"
+      "The shape: --model's preset, or --config's (a training config: its model keys, batch, seq,\n"
+      "precision, ranks, bucket size), then the flags. step_cpu_ms is rank 0's process CPU per step\n"
+      "(all threads), the figure bench/ddp_vs_torch.sh compares with PyTorch DDP's.",
       "ringzero bench-strategies"};
   app.add_option("--model", a.model, "preset")->capture_default_str();
+  app.add_option("--config", a.config, "training config (TOML) whose model shape, batch, seq, precision, ranks and "
+                                       "bucket size to bench (flags override it)");
   app.add_option("--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
       ->check(CLI::Range(1, 1 << 24));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
   app.add_option("--strategy", a.strategy, "a strategy or all")->check(CLI::IsMember(strategy_choices))->capture_default_str();
-  app.add_option("--precision", a.precision, "parameter precision")->check(CLI::IsMember(precision_names()))->capture_default_str();
+  CLI::Option* precision_opt = app.add_option("--precision", a.precision, "parameter precision")->check(CLI::IsMember(precision_names()))->capture_default_str();
   app.add_option("--transport", a.transport, "auto (shm on one host), shm or tcp")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports))))
       ->capture_default_str();
-  app.add_option("--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
-  app.add_option("--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  CLI::Option* nproc_opt = app.add_option("--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
+  CLI::Option* batch_opt = app.add_option("--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
+  CLI::Option* seq_opt = app.add_option("--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
   app.add_option("--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
-  app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
+  CLI::Option* bucket_mb_opt = app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  CLI::Option* buckets_in_flight_opt = app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_flag("--buckets-per-unit", a.buckets_per_unit,
                "every strategy cuts its buckets at layer boundaries as zero3 does (same buckets: comparable hashes)");
@@ -210,9 +255,27 @@ int run_bench_strategies(int argc, char** argv) {
     RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
              "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),
              a.warmup + a.steps);
-  model_preset(a.model);  // an unknown preset fails here, before any launch
-
+  if (!a.config.empty()) {
+    // The config's values where no flag was given. Every rank re-reads the same file.
+    TrainConfig tc;
+    load_config_toml(tc, a.config);
+    if (precision_opt->count() == 0) a.precision = precision_name(tc.precision);
+    if (nproc_opt->count() == 0) a.nproc = tc.nproc_per_node;
+    if (batch_opt->count() == 0) a.batch = tc.batch;
+    if (seq_opt->count() == 0) a.seq = tc.seq;
+    if (bucket_mb_opt->count() == 0) a.bucket_mb = tc.bucket_mb;
+    if (buckets_in_flight_opt->count() == 0) a.buckets_in_flight = tc.buckets_in_flight;
+  }
   if (launched_by_ringzero()) return bench_rank(a);
+
+  // An unknown preset, a bad config or a missing tokenizer fails here, before any launch.
+  const GPT2Config shape = bench_shape(a);
+  std::printf("bench-strategies: %s (L=%d C=%d NH=%d V=%d), B=%d T=%d, N=%d, %s, buckets %g MiB, %d warmup + %d "
+              "timed steps (median)\n",
+              a.config.empty() ? a.model.c_str() : a.config.c_str(), shape.num_layers, shape.channels,
+              shape.num_heads, shape.vocab_size, a.batch, a.seq, a.nproc, a.precision.c_str(), a.bucket_mb, a.warmup,
+              a.steps);
+  std::fflush(stdout);
 
   std::vector<std::string> kinds;
   if (a.strategy == "all")

@@ -116,6 +116,11 @@ void validate_config(const TrainConfig& cfg);
 // The resolved configuration as a two-column table (rank 0 prints it at start).
 std::string format_config_table(const TrainConfig& cfg);
 
+// The model shape a training config describes, for the benchmarks (bench-step,
+// bench-strategies): its preset with the config's overrides; a vocab of 0 takes the
+// tokenizer.bin `ringzero prepare` wrote beside the config's data. Not finalized.
+GPT2Config config_model_shape(const TrainConfig& tc);
+
 // Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"). Returns
 // false when --help was printed. Unknown flags and bad values throw.
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg);

@@ -11,6 +11,13 @@
 // large T) as plain GEMMs (fp32: gemm_f32.h where the CPU has AVX2 + FMA, else Eigen).
 // Softmax rows use Eigen's vectorised exp.
 //
+// In fp32 on the packed kernel the products read q, k, v and dout where they lie (row
+// stride 3C or C: gemm_f32 takes any strides) and write out, and accumulate dq, dk, dv,
+// straight into dqkv: no per-head gather, scatter or zeroing. The values do not change:
+// every element of a gemm_f32 product is the same FMA chain whatever the strides, and an
+// accumulation into the zeroed dqkv the model hands in equals the product plus zero.
+// Elsewhere (bf16, fp64, no AVX2) the head is gathered into contiguous scratch first.
+//
 // Threads split (b, h) pairs: each pair writes only its own columns of out / dqkv and its
 // own (T, T) slab of att, so there are no races and the order of additions inside a pair
 // does not depend on the thread count. Eigen runs single-threaded inside the parallel
@@ -66,6 +73,13 @@ bool head_gemm(A* dst, int64_t ldd, const A* a, int64_t ars, int64_t acs, const 
   }
 }
 
+// fp32 on the packed kernel: the products read and write the caller's buffers in place.
+template <typename E>
+bool direct_f32() {
+  if constexpr (std::is_same_v<E, float>) return gemm_f32_available();
+  return false;
+}
+
 // dst (T, hs) <- the hs columns starting at col of rows of src with row stride ld.
 template <typename E, typename A>
 void gather(A* dst, const E* src, size_t ld, int T, int hs) {
@@ -107,13 +121,22 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      gather(Q.data(), src, ld, T, hs);
-      gather(K.data(), src + C, ld, T, hs);
-      gather(V.data(), src + 2 * C, ld, T, hs);
+      // q, k, v rows (row stride qs) and where O's rows go (row stride os).
+      const A *q = Q.data(), *k = K.data(), *v = V.data();
+      A* o = O.data();
+      size_t qs = size_t(hs), os = size_t(hs);
+      if (direct_f32<E>()) {
+        q = reinterpret_cast<const A*>(src), k = q + C, v = q + 2 * C, qs = ld;
+        o = reinterpret_cast<A*>(out + size_t(b) * T * C + size_t(h) * hs), os = size_t(C);
+      } else {
+        gather(Q.data(), src, ld, T, hs);
+        gather(K.data(), src + C, ld, T, hs);
+        gather(V.data(), src + 2 * C, ld, T, hs);
+      }
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
         MatMap<A> Pb(kFlash ? P : P + size_t(r0) * T, nr, T);  // rows r0 .. r1-1
-        if (!head_gemm(Pb.data(), T, Q.data() + size_t(r0) * hs, hs, 1, K.data(), 1, hs, nr, hs, r1, false))
+        if (!head_gemm(Pb.data(), T, q + size_t(r0) * qs, qs, 1, k, 1, qs, nr, hs, r1, false))
           Pb.leftCols(r1).noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
         for (int t = r0; t < r1; ++t) {
           auto row = Pb.row(t - r0).head(t + 1).array();
@@ -126,7 +149,7 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
           // Row t's columns t+1 .. r1-1 hold scores: zero them before P V.
           Pb.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
         }
-        if (!head_gemm(O.data() + size_t(r0) * hs, hs, Pb.data(), T, 1, V.data(), hs, 1, nr, r1, hs, false))
+        if (!head_gemm(o + size_t(r0) * os, os, Pb.data(), T, 1, v, qs, 1, nr, r1, hs, false))
           O.middleRows(r0, nr).noalias() = Pb.leftCols(r1) * V.topRows(r1);
       }
       if constexpr (!kFlash) {
@@ -138,9 +161,11 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
           for (int t2 = t + 1; t2 < T; ++t2) at[t2] = store<E>(A(0));
         }
       }
-      E* o = out + size_t(b) * T * C + size_t(h) * hs;
-      for (int t = 0; t < T; ++t)
-        for (int i = 0; i < hs; ++i) o[size_t(t) * C + i] = store<E>(O(t, i));
+      if (!direct_f32<E>()) {
+        E* dst = out + size_t(b) * T * C + size_t(h) * hs;
+        for (int t = 0; t < T; ++t)
+          for (int i = 0; i < hs; ++i) dst[size_t(t) * C + i] = store<E>(O(t, i));
+      }
     }
   }
 }
@@ -165,10 +190,24 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
       const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      gather(Q.data(), src, ld, T, hs);
-      gather(K.data(), src + C, ld, T, hs);
-      gather(V.data(), src + 2 * C, ld, T, hs);
-      gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
+      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
+      // q, k, v rows (row stride qs), dO's (dos), and where dq, dk, dv accumulate (ds).
+      const A *q = Q.data(), *k = K.data(), *v = V.data(), *dout_rows = dO.data();
+      A *dq = dQ.data(), *dk = dK.data(), *dv = dV.data();
+      size_t qs = size_t(hs), dos = size_t(hs), ds = size_t(hs);
+      const bool direct = direct_f32<E>();
+      if (direct) {
+        q = reinterpret_cast<const A*>(src), k = q + C, v = q + 2 * C, qs = ld;
+        dout_rows = reinterpret_cast<const A*>(dout + size_t(b) * T * C + size_t(h) * hs), dos = size_t(C);
+        dq = reinterpret_cast<A*>(dst), dk = dq + C, dv = dq + 2 * C, ds = ld;
+      } else {
+        gather(Q.data(), src, ld, T, hs);
+        gather(K.data(), src + C, ld, T, hs);
+        gather(V.data(), src + 2 * C, ld, T, hs);
+        gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
+        dV.setZero();
+        dK.setZero();
+      }
       if constexpr (!kFlash) {
         const E* a = att + size_t(bh) * T * T;
         for (int t = 0; t < T; ++t) {
@@ -179,8 +218,6 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
           for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
         }
       }
-      dV.setZero();
-      dK.setZero();
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
         const size_t off = kFlash ? 0 : size_t(r0) * T;
@@ -188,7 +225,7 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
         auto Pb = Pm.leftCols(r1);
         auto dPb = dPm.leftCols(r1);
         if constexpr (kFlash) {  // the block's probabilities again, from the saved lse
-          if (!head_gemm(Pm.data(), T, Q.data() + size_t(r0) * hs, hs, 1, K.data(), 1, hs, nr, hs, r1, false))
+          if (!head_gemm(Pm.data(), T, q + size_t(r0) * qs, qs, 1, k, 1, qs, nr, hs, r1, false))
             Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
           for (int t = r0; t < r1; ++t) {
             auto row = Pm.row(t - r0).head(t + 1).array();
@@ -196,24 +233,26 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
             Pm.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
           }
         }
-        if (!head_gemm(dPm.data(), T, dO.data() + size_t(r0) * hs, hs, 1, V.data(), 1, hs, nr, hs, r1, false))
+        if (!head_gemm(dPm.data(), T, dout_rows + size_t(r0) * dos, dos, 1, v, 1, qs, nr, hs, r1, false))
           dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
-        if (!head_gemm(dV.data(), hs, Pm.data(), 1, T, dO.data() + size_t(r0) * hs, hs, 1, r1, nr, hs, true))
+        if (!head_gemm(dv, ds, Pm.data(), 1, T, dout_rows + size_t(r0) * dos, dos, 1, r1, nr, hs, true))
           dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
         // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
         for (int i = 0; i < nr; ++i) {
           const A dot = Pm.row(i).head(r1).dot(dPm.row(i).head(r1));
           dPm.row(i).head(r1).array() = Pm.row(i).head(r1).array() * (dPm.row(i).head(r1).array() - dot) * scale;
         }
-        if (!head_gemm(dQ.data() + size_t(r0) * hs, hs, dPm.data(), T, 1, K.data(), hs, 1, nr, r1, hs, false))
+        // dq: one product per row block; accumulated straight into the (zeroed) dqkv when direct.
+        if (!head_gemm(dq + size_t(r0) * ds, ds, dPm.data(), T, 1, k, qs, 1, nr, r1, hs, direct))
           dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
-        if (!head_gemm(dK.data(), hs, dPm.data(), 1, T, Q.data() + size_t(r0) * hs, hs, 1, r1, nr, hs, true))
+        if (!head_gemm(dk, ds, dPm.data(), 1, T, q + size_t(r0) * qs, qs, 1, r1, nr, hs, true))
           dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
       }
-      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
-      scatter_add(dst, dQ.data(), ld, T, hs);
-      scatter_add(dst + C, dK.data(), ld, T, hs);
-      scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
+      if (!direct) {
+        scatter_add(dst, dQ.data(), ld, T, hs);
+        scatter_add(dst + C, dK.data(), ld, T, hs);
+        scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
+      }
     }
   }
 }

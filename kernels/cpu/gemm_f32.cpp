@@ -10,8 +10,9 @@
 //             6x16 register tile: 12 ymm accumulators, kc fused multiply-adds each
 // Each tile starts from dst (or the bias, or zero, on the first K block), runs its kc
 // FMAs in k order and stores back, so an element's value is one FMA chain over k in
-// order whatever the blocking (gemm_f32.h). Edge tiles run the same kernel on a padded
-// 6x16 copy. The kernel and the packing are compiled for AVX2 + FMA by a target
+// order whatever the blocking (gemm_f32.h). A ragged last row panel (R < 6 rows) runs an
+// R-row twin of the kernel in place (attention's 32- and 64-row products end in one); a
+// ragged column edge runs on a padded 16-column copy. The kernel and the packing are compiled for AVX2 + FMA by a target
 // attribute and chosen at run time, so builds without -march=native use them too.
 #include "kernels/cpu/gemm_f32.h"
 
@@ -76,22 +77,38 @@ void pack_a(float* ap, const GemmOperand& a, int64_t i0, int64_t mc, int64_t k0,
 }
 
 // b block k [k0, k0+kc), columns [j0, j0+nc) into 16-column panels: panel q, step k holds
-// columns q*16 .. q*16+15 at bp[q*16*kc + k*16 + c], zero past nc.
-void pack_b_panel(float* bp, const GemmOperand& b, int64_t k0, int64_t kc, int64_t j0, int64_t cols) {
+// columns q*16 .. q*16+15 at bp[q*16*kc + k*16 + c], zero past nc. Packs panels [q0, q1).
+// A row-major b is read row by row across all the panels (one sequential stream through
+// memory: panel by panel, each k step was a new cache line at a stride of b's row, and the
+// loads of that first touch were the packing's main cost); a transposed b column by column.
+void pack_b_panels(float* bp, const GemmOperand& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t q0,
+                   int64_t q1) {
   if (b.col_stride == 1) {
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = b.data + (k0 + k) * b.row_stride + j0;
-      float* dst = bp + k * kNR;
-      for (int64_t c = 0; c < cols; ++c) dst[c] = src[c];
-      for (int64_t c = cols; c < kNR; ++c) dst[c] = 0.0f;
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t cols = std::min(kNR, nc - q * kNR);
+        const float* s = src + q * kNR;
+        float* dst = bp + q * kNR * kc + k * kNR;
+        if (cols == kNR) {
+          std::memcpy(dst, s, kNR * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < cols; ++c) dst[c] = s[c];
+          for (int64_t c = cols; c < kNR; ++c) dst[c] = 0.0f;
+        }
+      }
     }
-  } else {
+    return;
+  }
+  for (int64_t q = q0; q < q1; ++q) {
+    const int64_t cols = std::min(kNR, nc - q * kNR);
+    float* panel = bp + q * kNR * kc;
     for (int64_t c = 0; c < cols; ++c) {
-      const float* src = b.data + k0 * b.row_stride + (j0 + c) * b.col_stride;
-      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = src[k * b.row_stride];
+      const float* src = b.data + k0 * b.row_stride + (j0 + q * kNR + c) * b.col_stride;
+      for (int64_t k = 0; k < kc; ++k) panel[k * kNR + c] = src[k * b.row_stride];
     }
     for (int64_t c = cols; c < kNR; ++c)
-      for (int64_t k = 0; k < kc; ++k) bp[k * kNR + c] = 0.0f;
+      for (int64_t k = 0; k < kc; ++k) panel[k * kNR + c] = 0.0f;
   }
 }
 
@@ -140,23 +157,68 @@ __attribute__((target("avx2,fma"))) void kernel_6x16(int64_t kc, const float* __
   _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 
-// One tile of dst at (i, j), rows x cols of it valid (at most 6 x 16).
+// The same tile for R < 6 rows (a ragged last row panel): reads only R rows of a, so a
+// is read in place there too, and computes no padding rows. Same FMA chain per element.
+template <int R>
+__attribute__((target("avx2,fma"))) void kernel_rx16(int64_t kc, const float* __restrict a, int64_t ars,
+                                                     int64_t acs, const float* __restrict b, float* c, int64_t ldc,
+                                                     Start start, const float* row) {
+  __m256 c0[R], c1[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    if (start == Start::load) {
+      c0[r] = _mm256_loadu_ps(c + r * ldc), c1[r] = _mm256_loadu_ps(c + r * ldc + 8);
+    } else {
+      c0[r] = start == Start::row ? _mm256_loadu_ps(row) : _mm256_setzero_ps();
+      c1[r] = start == Start::row ? _mm256_loadu_ps(row + 8) : _mm256_setzero_ps();
+    }
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0, off = 0; k < kc; ++k, off += acs) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * ars + off);
+      c0[r] = _mm256_fmadd_ps(x, b0, c0[r]), c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+    }
+    b += kNR;
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(c + r * ldc, c0[r]), _mm256_storeu_ps(c + r * ldc + 8, c1[r]);
+}
+
+// rows (1..6) x 16 of c: the 6-row kernel or its R-row twin.
+void kernel_rows(int64_t rows, int64_t kc, const float* a, int64_t ars, int64_t acs, const float* b, float* c,
+                 int64_t ldc, Start start, const float* row) {
+  switch (rows) {
+    case 1: kernel_rx16<1>(kc, a, ars, acs, b, c, ldc, start, row); return;
+    case 2: kernel_rx16<2>(kc, a, ars, acs, b, c, ldc, start, row); return;
+    case 3: kernel_rx16<3>(kc, a, ars, acs, b, c, ldc, start, row); return;
+    case 4: kernel_rx16<4>(kc, a, ars, acs, b, c, ldc, start, row); return;
+    case 5: kernel_rx16<5>(kc, a, ars, acs, b, c, ldc, start, row); return;
+    default: kernel_6x16(kc, a, ars, acs, b, c, ldc, start, row); return;
+  }
+}
+
+// One tile of dst at (i, j), rows x cols of it valid (at most 6 x 16). a holds exactly
+// `rows` rows (read in place, or a zero-padded packed panel); a ragged column edge runs
+// on a padded 16-column copy of the tile.
 void tile(float* dst, int64_t ldd, int64_t rows, int64_t cols, int64_t kc, const float* ap, int64_t ars,
           int64_t acs, const float* bp, bool first, bool accumulate, const float* bias_j) {
   Start start = Start::load;
   if (first && !accumulate) start = bias_j ? Start::row : Start::zero;
-  if (rows == kMR && cols == kNR) {
-    kernel_6x16(kc, ap, ars, acs, bp, dst, ldd, start, bias_j);
+  if (cols == kNR) {
+    kernel_rows(rows, kc, ap, ars, acs, bp, dst, ldd, start, bias_j);
     return;
   }
   alignas(32) float t[kMR * kNR];
-  for (int64_t r = 0; r < kMR; ++r)
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < kNR; ++c) {
       float v = 0.0f;
-      if (r < rows && c < cols) v = start == Start::load ? dst[r * ldd + c] : start == Start::row ? bias_j[c] : 0.0f;
+      if (c < cols) v = start == Start::load ? dst[r * ldd + c] : start == Start::row ? bias_j[c] : 0.0f;
       t[r * kNR + c] = v;
     }
-  kernel_6x16(kc, ap, ars, acs, bp, t, kNR, Start::load, nullptr);
+  kernel_rows(rows, kc, ap, ars, acs, bp, t, kNR, Start::load, nullptr);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = t[r * kNR + c];
 }
@@ -216,17 +278,16 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
       for (int64_t pc = 0; pc < K; pc += kKC) {
         const int64_t kc = std::min(kKC, K - pc);
         const bool first = pc == 0;
-        for (int64_t q = panels * tid / nth; q < panels * (tid + 1) / nth; ++q)
-          pack_b_panel(bp + q * kNR * kc, b, pc, kc, jc + q * kNR, std::min(kNR, nc - q * kNR));
+        pack_b_panels(bp, b, pc, kc, jc, nc, panels * tid / nth, panels * (tid + 1) / nth);
         if (nth > 1) {
 #pragma omp barrier
         }
         for (int64_t blk = ic_blocks * tid / nth; blk < ic_blocks * (tid + 1) / nth; ++blk) {
           const int64_t ic = blk * kMC, mc = std::min(kMC, M - ic);
-          // Whole 6-row panels read a in place where direct_a (no packing: at N = 128 packing
-          // a cost more than it saved); the ragged last panel, or a far-strided a, is
-          // packed (zero-padded rows).
-          const int64_t direct_rows = direct_a ? mc / kMR * kMR : 0;
+          // a is read in place where direct_a (no packing: at N = 128 packing a cost more
+          // than it saved), its ragged last panel too (the R-row kernel reads R rows); a
+          // far-strided a is packed (zero-padded rows).
+          const int64_t direct_rows = direct_a ? mc : 0;
           if (direct_rows < mc) pack_a(ap, a, ic + direct_rows, mc - direct_rows, pc, kc);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j = jc + q * kNR, cols = std::min(kNR, nc - q * kNR);
