@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -23,7 +22,6 @@
 #include "base/check.h"
 #include "kernels/backend.h"
 #include "comm/factory.h"
-#include "data/tokenizer.h"
 #include "model/config.h"
 #include "zero/buckets.h"
 
@@ -493,28 +491,6 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
     }
   }
   return true;
-}
-
-GPT2Config config_model_shape(const TrainConfig& tc) {
-  GPT2Config m = model_preset(tc.model);
-  if (tc.layers > 0) m.num_layers = tc.layers;
-  if (tc.channels > 0) m.channels = tc.channels;
-  if (tc.heads > 0) m.num_heads = tc.heads;
-  if (tc.max_seq > 0) m.max_seq_len = tc.max_seq;
-  if (tc.vocab > 0) {
-    m.vocab_size = tc.vocab;
-  } else if (tc.tokenizer == "byte") {
-    m.vocab_size = 257;
-  } else if (!tc.data.empty()) {
-    const std::string first = tc.data.substr(0, tc.data.find(','));
-    std::filesystem::path dir = std::filesystem::path(first).parent_path();
-    const std::string tok = ((dir.empty() ? std::filesystem::path(".") : dir) / "tokenizer.bin").string();
-    RZ_CHECK(std::filesystem::exists(tok),
-             "--config: vocab = 0 takes the data's tokenizer, but %s does not exist (prepare the data or pass --vocab)",
-             tok.c_str());
-    m.vocab_size = load_llmc_tokenizer(tok)->vocab_size();
-  }
-  return m;
 }
 
 }  // namespace rz

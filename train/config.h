@@ -118,7 +118,8 @@ std::string format_config_table(const TrainConfig& cfg);
 
 // The model shape a training config describes, for the benchmarks (bench-step,
 // bench-strategies): its preset with the config's overrides; a vocab of 0 takes the
-// tokenizer.bin `ringzero prepare` wrote beside the config's data. Not finalized.
+// tokenizer.bin `ringzero prepare` wrote beside the config's data. Not finalized. Defined in
+// config_shape.cpp, so config.cpp needs nothing from data/.
 GPT2Config config_model_shape(const TrainConfig& tc);
 
 // Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"). Returns
