@@ -31,6 +31,7 @@
 #include "comm/ring.h"
 #include "comm/ring_communicator.h"
 #include "test_comm_procs.h"
+#include "test_process_util.h"
 #include "test_comm_util.h"
 
 using namespace rz;
@@ -54,19 +55,6 @@ struct SharedTensor {
     bf16 h; std::memcpy(&h, at(i), 2); return bf16_to_float(h);
   }
 };
-
-// From now on the system call nr fails with errno err in this process (seccomp); false if
-// the kernel refuses the filter.
-bool deny_syscall(long nr, int err) {
-  sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(err) & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof f / sizeof f[0]), f};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
-}
 
 constexpr size_t kSegmentBytes = 16 * 1024;  // chunks through the slots take several segments
 
@@ -124,32 +112,6 @@ std::vector<size_t> registered_counts(int N, DType dt) {
   std::vector<size_t> counts{1001, N * per_chunk - (N - 1), N * (per_chunk + 4000) + 3};
   if (dt == DType::f32) counts.push_back(N * (kDirectChunkMaxBytes / 4 + 5) + 1);
   return counts;
-}
-
-// Runs fn with this process's stderr (and its children's) going to a file; returns it.
-std::string capture_stderr(const std::function<void()>& fn) {
-  char path[] = "/tmp/ringzero-test-stderr-XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
-  close(fd);
-  fn();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  unlink(path);
-  return ss.str();
-}
-
-size_t occurrences(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
 }
 
 // Mappings of registered buffers in this process: its own regions and the ones it mapped.

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "test_comm_procs.h"
+#include "test_process_util.h"
 #include "test_comm_util.h"
 
 using namespace rz;
@@ -33,19 +34,6 @@ TEST_CASE("shm transport: a 1 MiB AllReduce with default segments sends 2(N-1)/N
 }
 
 namespace {
-
-// From now on process_vm_readv fails with EPERM in this process, as under a container's
-// seccomp profile; false if the kernel refuses the filter.
-bool deny_process_vm_readv() {
-  sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof f / sizeof f[0]), f};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
-}
 
 // Whether this host lets a process read another one's memory (what direct reads need).
 bool cma_permitted() {
@@ -116,32 +104,6 @@ CommOptions shm_options() {
   return o;
 }
 
-// Runs fn with this process's stderr (and its children's) going to a file; returns it.
-std::string capture_stderr(const std::function<void()>& fn) {
-  char path[] = "/tmp/ringzero-test-stderr-XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stderr);
-  int saved = dup(2);
-  dup2(fd, 2);
-  close(fd);
-  fn();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  unlink(path);
-  return ss.str();
-}
-
-size_t occurrences(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("shm transport: large AllGather chunks are read in place where CMA is permitted") {
@@ -154,7 +116,7 @@ TEST_CASE("shm transport: large AllGather chunks are read in place where CMA is 
         if (!direct) return;
         // Proof that the chunks were references: once process_vm_readv is denied, a large
         // AllGather fails (with an error naming it) instead of going through the slots.
-        if (!deny_process_vm_readv()) throw Error("SKIP: cannot install a seccomp filter");
+        if (!deny_syscall(__NR_process_vm_readv, EPERM)) throw Error("SKIP: cannot install a seccomp filter");
         // Chunks above kDirectChunkMaxBytes still go through the slots.
         const size_t big = N * (kDirectChunkMaxBytes / 4 + 1);
         std::vector<float> big_shard(shard_of(big, N, c.rank()).count, 2.0f), big_out(big);
@@ -198,7 +160,7 @@ TEST_CASE("shm transport: where process_vm_readv is denied the ring uses the slo
     std::string log = capture_stderr([&] {
       auto results = run_process_ranks(N, shm_options(), [](Communicator& c) { check_large_collectives(c); }, 60.0,
                                        [] {
-                                         if (!deny_process_vm_readv())
+                                         if (!deny_syscall(__NR_process_vm_readv, EPERM))
                                            throw Error("SKIP: cannot install a seccomp filter");
                                        });
       for (int r = 0; r < N; ++r) {
