@@ -45,6 +45,7 @@
 #include "base/stop_signal.h"
 #include "comm/launch.h"
 #include "comm/ring.h"
+#include "comm/bulk_copy.h"
 #include "comm/transports.h"
 
 namespace rz {
@@ -252,7 +253,7 @@ class ShmChannel final : public SlotChannel {
         std::string why;
         int err = 0;
         if (const char* base = maps_.map(ref, left_pid_, &why, &err)) {
-          std::memcpy(dst, base + ref.offset, bytes);
+          bulk_copy(dst, base + ref.offset, bytes);
           return;
         }
         // The sender keeps the memfd open until this read is done, so a missing fd (or

@@ -3,10 +3,13 @@
 // elements takes the multi-segment path; byte counters against the ring formula.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/check.h"
+#include "comm/bulk_copy.h"
 #include "comm/factory.h"
 #include "comm/ring.h"
 #include "comm/ring_communicator.h"
@@ -44,6 +47,21 @@ TEST_CASE("shard_of: ceil-sized shards, trailing ones shorter or empty") {
   REQUIRE(shard_of(5, 4, 3).offset == 5);
   REQUIRE(shard_of(0, 3, 1).count == 0);
   REQUIRE_THROWS_AS(shard_of(4, 2, 2), Error);
+}
+
+TEST_CASE("bulk_copy copies every byte at any alignment, below and above the streaming threshold") {
+  const size_t sizes[] = {0, 1, 63, 64, 1000, kStreamCopyBytes - 1, kStreamCopyBytes, kStreamCopyBytes + 77};
+  std::vector<unsigned char> src(kStreamCopyBytes + 256), dst(kStreamCopyBytes + 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t n : sizes)
+    for (size_t doff : {0, 1, 33}) {
+      std::fill(dst.begin(), dst.end(), 0xAB);
+      bulk_copy(dst.data() + doff, src.data() + 5, n);
+      INFO("n " << n << " dst offset " << doff);
+      CHECK(std::memcmp(dst.data() + doff, src.data() + 5, n) == 0);
+      CHECK(dst[doff + n] == 0xAB);  // nothing written past the end
+      if (doff > 0) CHECK(dst[doff - 1] == 0xAB);
+    }
 }
 
 TEST_CASE("reduce_elements: bf16 adds in fp32 and rounds once, avg divides after the sum") {
