@@ -22,6 +22,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace rz {
 
@@ -84,9 +86,46 @@ class FinishableWork : public Work {
   std::exception_ptr error_;
 };
 
-// Runs on the comm thread right after an async collective finished successfully (e.g. to
-// accumulate a reduced shard and release a staging buffer). It must not issue collectives.
-using OnDone = std::function<void()>;
+// What an async collective runs when it is done (e.g. accumulate a reduced shard and
+// release a staging buffer). It must not issue collectives. Two forms:
+//   host form    OnDone([&] { ... }): runs on the comm thread (NCCL: its watchdog) after the
+//                collective finished; the results can be read on the host.
+//   stream form  OnDone::on_stream([&](void* stream) { ... }): for work the device can
+//                order itself. Where the collective's result is produced on a device stream
+//                (the nccl backend), it runs as soon as the collective is queued there,
+//                with that stream: work it queues on the stream runs after the collective,
+//                and the host never waits for it. Elsewhere (host buffers, the CPU, the
+//                ring's cuda transport, which synchronizes its comm stream to finish) it runs
+//                like the host form, after the collective, with stream null: the result is
+//                ready, and work goes to the caller's usual (compute) stream.
+// Either way a handle is done only after the collective and what OnDone queued on its
+// stream have finished (NCCL records the handle's event after both). A stream-form OnDone
+// that queued work may run before a failing collective has failed: that work may see
+// garbage, and the handle still reports the collective's error.
+class OnDone {
+ public:
+  OnDone() = default;
+  template <typename F, typename = std::enable_if_t<std::is_invocable_v<F&>>>
+  OnDone(F f) : host_(std::move(f)) {}  // NOLINT: lambdas convert, as to std::function
+  static OnDone on_stream(std::function<void(void* stream)> f) {
+    OnDone d;
+    d.stream_ = std::move(f);
+    return d;
+  }
+  explicit operator bool() const { return host_ || stream_; }
+  bool stream_form() const { return static_cast<bool>(stream_); }
+  // After the collective finished, on the host: either form (the stream form gets null).
+  void run_after() const {
+    if (host_) host_();
+    else if (stream_) stream_(nullptr);
+  }
+  // Stream form only, right after the collective was queued on `stream`.
+  void run_queued(void* stream) const { stream_(stream); }
+
+ private:
+  std::function<void()> host_;
+  std::function<void(void* stream)> stream_;
+};
 
 class Communicator {
  public:

@@ -299,7 +299,7 @@ class MpiCommunicator final : public Communicator {
       std::exception_ptr err;
       try {
         execute(o);
-        if (on_done) on_done();
+        if (on_done) on_done.run_after();
       } catch (...) {
         err = std::current_exception();
       }

@@ -302,9 +302,12 @@ class NcclCommunicator final : public Communicator {
       cuda("cudaEventRecord(input stream)", cudaEventRecord(in_event_, in_stream_));
       cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, in_event_, 0));
       enqueue();
+      // A stream-form OnDone queues its work right behind the collective; the handle's
+      // event below then covers both.
+      if (work->on_done.stream_form()) work->on_done.run_queued(stream_);
       cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&work->event, cudaEventDisableTiming));
       cuda("cudaEventRecord(comm stream)", cudaEventRecord(work->event, stream_));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // a CUDA or NCCL call, or the stream-form OnDone
       if (work->event != nullptr) (void)cudaEventDestroy(work->event);
       break_locked(*work, e.what());
       throw Error(broken_);
@@ -355,7 +358,7 @@ class NcclCommunicator final : public Communicator {
         l.unlock();
         std::exception_ptr err;
         try {
-          if (w->on_done) w->on_done();
+          if (w->on_done && !w->on_done.stream_form()) w->on_done.run_after();
         } catch (...) {
           err = std::current_exception();
         }

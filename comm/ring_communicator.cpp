@@ -128,7 +128,7 @@ WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp,
     trace::set_bucket(task.trace_bucket);
     try {
       execute(task.kind, task.fp, task.body, task.input_mark, task.host_path);
-      if (task.on_done) task.on_done();
+      if (task.on_done) task.on_done.run_after();  // the stream form too, with stream null
     } catch (...) {
       err = std::current_exception();
     }

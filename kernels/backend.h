@@ -154,6 +154,32 @@ class Backend {
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void synchronize() = 0;  // wait for every queued op
 
+  // --- streams: ordering between a GPU's streams without a host wait (a stream-form
+  // OnDone, comm/communicator.h). On the CPU every op has finished when it returns, so
+  // these do nothing and marks are null.
+  // While a StreamScope for a non-null stream (a device stream of this backend's GPU, e.g.
+  // a communicator's comm stream) lives, the copy, zero and accumulate_* calls this thread
+  // makes on this backend are queued on that stream instead of the compute stream. Only
+  // those: the other ops share the compute stream's scratch memory.
+  class StreamScope {
+   public:
+    StreamScope(Backend& be, void* stream) : be_(be), prev_(be.set_thread_stream(stream)) {}
+    ~StreamScope() { be_.set_thread_stream(prev_); }
+    StreamScope(const StreamScope&) = delete;
+    StreamScope& operator=(const StreamScope&) = delete;
+
+   private:
+    Backend& be_;
+    void* prev_;
+  };
+  // A point after the work queued so far on `stream` (null: the compute stream).
+  virtual std::shared_ptr<void> mark(void* stream) {
+    (void)stream;
+    return nullptr;
+  }
+  // Work queued on the compute stream from now on waits for the mark (null: nothing).
+  virtual void wait_for(const std::shared_ptr<void>& mark) { (void)mark; }
+
   // --- conversions (CPU argument order: out, in). out may not alias in.
   virtual void f32_to_bf16(bf16* out, const float* in, size_t n) = 0;  // round to nearest even
   virtual void bf16_to_f32(float* out, const bf16* in, size_t n) = 0;  // exact
@@ -182,6 +208,12 @@ class Backend {
                             size_t n, const AdamWStep& s) = 0;
 
  protected:
+  // StreamScope's hook: makes `stream` this thread's stream for the ops named there and
+  // returns the previous one.
+  virtual void* set_thread_stream(void* stream) {
+    (void)stream;
+    return nullptr;
+  }
   Backend(std::unique_ptr<Ops<float>> f32, std::unique_ptr<Ops<bf16>> b16)
       : f32_(std::move(f32)), bf16_(std::move(b16)) {}
 

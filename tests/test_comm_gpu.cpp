@@ -99,6 +99,47 @@ TEST_CASE("nccl, one rank: every collective, blocking and async, against closed 
   REQUIRE_THROWS_WITH(c->all_reduce(host.data(), 4, DType::f32, ReduceOp::sum), Catch::Contains("not device memory"));
 }
 
+TEST_CASE("nccl: a stream-form OnDone runs at issue on the comm stream, ordered after the collective") {
+  CommOptions o;
+  o.backend = "nccl";
+  o.cuda_device = 0;
+  o.timeout_s = 60;
+  auto c = connect_communicator(RankEnv{}, o);
+  const size_t count = 1 << 22;  // long enough that the collective is still queued at issue
+  DevTensor t(DType::f32, count), acc(DType::f32, count);
+  for (size_t i = 0; i < count; ++i) t.host.set(i, value_of(0, i));
+  t.up(count);
+  void* seen = nullptr;
+  bool ran = false;
+  auto h = c->all_reduce_async(t.ptr(), count, DType::f32, ReduceOp::avg, OnDone::on_stream([&](void* stream) {
+    seen = stream;
+    ran = true;
+    // The shard accumulation zero2 does: queued on the comm stream, behind the all_reduce.
+    Backend::StreamScope on(gpu(), stream);
+    gpu().accumulate_f32(static_cast<float*>(acc.ptr()), static_cast<const float*>(t.ptr()), count, true);
+  }));
+  CHECK(ran);  // at issue, before anyone waited
+  CHECK(seen != nullptr);
+  h->wait();  // the handle's event covers the accumulate too
+  acc.down(count);
+  size_t bad = 0;
+  for (size_t i = 0; i < count; ++i) bad += acc.host.get(i) != expected_reduce(1, i, ReduceOp::avg, DType::f32);
+  CHECK(bad == 0);
+  // A mark on the comm stream, waited for on the compute stream: a later compute-stream op
+  // sees the accumulated values (zero2's staging release).
+  auto h2 = c->all_reduce_async(t.ptr(), count, DType::f32, ReduceOp::sum, OnDone::on_stream([&](void* stream) {
+    Backend::StreamScope on(gpu(), stream);
+    gpu().accumulate_f32(static_cast<float*>(acc.ptr()), static_cast<const float*>(t.ptr()), count, false);
+    std::shared_ptr<void> m = gpu().mark(stream);
+    gpu().wait_for(m);
+  }));
+  gpu().copy_to_host(acc.host.data(), acc.ptr(), count * sizeof(float));  // compute stream, no wait on h2
+  bad = 0;
+  for (size_t i = 0; i < count; ++i) bad += acc.host.get(i) != 2.0f * expected_reduce(1, i, ReduceOp::avg, DType::f32);
+  CHECK(bad == 0);
+  h2->wait();
+}
+
 TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective, odd counts included") {
   const int most = std::min(gpu_count(), 4);
   std::vector<int> rank_counts{1};

@@ -51,6 +51,7 @@ Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOpti
   staging_[pool_size_].allocate(MemTag::comm, pool_.reserved_elems * grad_bytes_, dev);
   busy_.assign(pool_size_ + 1, false);
   sent_.assign(pool_size_ + 1, false);
+  read_.assign(pool_size_ + 1, nullptr);
   for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
   slot_of_.assign(plan_.buckets.size(), -1);
   owned_dtype_ = opts.grad_shard_fp32 ? DType::f32 : grad_dtype_;
@@ -105,8 +106,10 @@ int Zero2Strategy::acquire_slot(int b) {
   }
   busy_[slot] = true;
   sent_[slot] = false;
+  std::shared_ptr<void> read = std::move(read_[slot]);
   lock.unlock();
   exposed_s_ += seconds_since(t0);
+  be_.wait_for(read);  // GPU: the last reduce-scatter and accumulate from this buffer are done
   be_.zero(slot_data(slot), plan_.buckets[b].padded * grad_bytes_);
   return slot;
 }
@@ -138,22 +141,29 @@ void Zero2Strategy::submit_bucket(int b) {
     std::lock_guard<std::mutex> lock(mu_);
     sent_[slot] = true;
   }
-  // Runs on the comm thread once the shard is reduced: fold it into the owned gradient
-  // (copy on the first micro-step, so a single micro-step is bit-exact), then give the
-  // buffer back.
-  OnDone done = [this, slot, shard, owned, n = bk.shard, first, dt, odt] {
+  // Folds the reduced shard into the owned gradient (copy on the first micro-step, so a
+  // single micro-step is bit-exact), then gives the buffer back. The stream form
+  // (comm/communicator.h): with the nccl backend it runs as soon as the reduce-scatter is
+  // queued, and queues the fold on the comm stream right behind it; the buffer goes back
+  // at once, with a mark that the next user's zeroing waits for on the compute stream
+  // (acquire_slot). Elsewhere it runs on the comm thread after the reduce-scatter, with
+  // stream null (the CPU: the fold is done when it returns; a mark is null).
+  OnDone done = OnDone::on_stream([this, slot, shard, owned, n = bk.shard, first, dt, odt](void* stream) {
+    Backend::StreamScope on(be_, stream);
     if (odt == DType::bf16)
       be_.accumulate_bf16(reinterpret_cast<bf16*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
     else if (dt == DType::f32)
       be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const float*>(shard), n, first);
     else
       be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
+    std::shared_ptr<void> read = be_.mark(stream);
     std::lock_guard<std::mutex> lock(mu_);
     busy_[slot] = false;
     sent_[slot] = false;
+    read_[slot] = std::move(read);
     if (slot < pool_size_) free_.push_back(slot);
     released_.notify_all();
-  };
+  });
   grad_work_.push_back(comm_.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
 }
 

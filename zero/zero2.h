@@ -11,9 +11,10 @@
 // grad_ptr() gives a bucket a zeroed buffer on its first use; when grads_ready completes
 // the bucket it is reduce_scatter_async(avg)'d IN PLACE on the comm thread (the reduced
 // shard lands in the buffer's own chunk r, so a staging buffer needs no extra room), and
-// the OnDone callback (still on the comm thread) copies (first micro-step) or adds (later
-// ones) the shard into the owned gradient (MemTag::grads) and returns the buffer to the
-// pool. The owned gradient is in the model's precision, as the ZeRO paper counts it
+// the OnDone callback copies (first micro-step) or adds (later ones) the shard into the
+// owned gradient (MemTag::grads) and returns the buffer to the pool: on the comm thread
+// after the reduce-scatter, or, with the nccl backend, queued on the comm stream behind
+// it, the buffer's next zeroing waiting for that on the compute stream (stream form). The owned gradient is in the model's precision, as the ZeRO paper counts it
 // (2 + 2/N + 12/N bytes/param in bf16); StrategyOptions::grad_shard_fp32 keeps it in fp32
 // instead, for exact accumulation over many micro-steps. A grad_ptr that finds the pool
 // empty waits for a release (that time is "exposed" communication); K is raised to the
@@ -23,6 +24,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -61,6 +63,7 @@ class Zero2Strategy : public ShardedStrategy {  // zero3 (zero/zero3.h) extends 
   std::vector<int> free_;         // free general slots
   std::vector<bool> busy_;        // per slot: handed out and not yet released
   std::vector<bool> sent_;        // per slot: its reduce-scatter is queued (it will be released)
+  std::vector<std::shared_ptr<void>> read_;  // per slot: Backend::mark after its last fold (GPU)
 };
 
 }  // namespace rz

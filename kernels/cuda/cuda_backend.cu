@@ -285,6 +285,10 @@ class CudaOps final : public Ops<E> {
   CudaContext* ctx_;
 };
 
+// The stream a StreamScope gave this thread (backend.h), and for which backend.
+thread_local const void* t_scope_owner = nullptr;
+thread_local cudaStream_t t_scope_stream = nullptr;
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::unique_ptr<CudaContext> ctx, std::string device_name)
@@ -328,16 +332,30 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0 || dst == src) return;
     ctx_->bind();
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_->stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, op_stream()));
   }
   void zero(void* dst, size_t bytes) override {
     if (bytes == 0) return;
     ctx_->bind();
-    CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx_->stream));
+    CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, op_stream()));
   }
   void synchronize() override {
     ctx_->bind();
     ctx_->sync();
+  }
+
+  std::shared_ptr<void> mark(void* stream) override {
+    ctx_->bind();
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<void> m(e, [](void* p) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+    CUDA_CHECK(cudaEventRecord(e, stream != nullptr ? static_cast<cudaStream_t>(stream) : ctx_->stream));
+    return m;
+  }
+  void wait_for(const std::shared_ptr<void>& mark) override {
+    if (mark == nullptr) return;
+    ctx_->bind();
+    CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream, static_cast<cudaEvent_t>(mark.get()), 0));
   }
 
   void f32_to_bf16(bf16* out, const float* in, size_t n) override {
@@ -351,16 +369,16 @@ class CudaBackend final : public Backend {
 
   void accumulate_f32(float* dst, const float* src, size_t n, bool assign) override {
     ctx_->bind();
-    cuda::accumulate_f32(dst, src, n, assign, ctx_->stream);
+    cuda::accumulate_f32(dst, src, n, assign, op_stream());
   }
   void accumulate_f32(float* dst, const bf16* src, size_t n, bool assign) override {
     ctx_->bind();
-    cuda::accumulate_f32(dst, dev(src), n, assign, ctx_->stream);
+    cuda::accumulate_f32(dst, dev(src), n, assign, op_stream());
   }
 
   void accumulate_bf16(bf16* dst, const bf16* src, size_t n, bool assign) override {
     ctx_->bind();
-    cuda::accumulate_bf16(dev(dst), dev(src), n, assign, ctx_->stream);
+    cuda::accumulate_bf16(dev(dst), dev(src), n, assign, op_stream());
   }
 
   double sum_squares(const float* x, size_t n) override { return sum_squares_of(x, n); }
@@ -382,7 +400,20 @@ class CudaBackend final : public Backend {
     update(dev(params), master, m, v, grads, n, s);
   }
 
+ protected:
+  void* set_thread_stream(void* stream) override {
+    void* prev = t_scope_owner == this ? t_scope_stream : nullptr;
+    t_scope_owner = this;
+    t_scope_stream = static_cast<cudaStream_t>(stream);
+    return prev;
+  }
+
  private:
+  // copy, zero and accumulate_*: a StreamScope's stream on this thread, else the compute stream.
+  cudaStream_t op_stream() const {
+    return t_scope_owner == this && t_scope_stream != nullptr ? t_scope_stream : ctx_->stream;
+  }
+
   template <typename P, typename G>
   void update(P* params, float* master, float* m, float* v, const G* grads, size_t n, const AdamWStep& s) {
     RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
