@@ -49,6 +49,7 @@
 #include <cstring>
 
 #include "base/bf16.h"
+#include "base/shared_memory.h"
 #include "comm/bulk_copy.h"
 
 namespace rz {
@@ -320,16 +321,24 @@ void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t coun
   ShardRange mine = shard_of(count, ctx.nranks, ctx.rank);
   char* o = static_cast<char*>(out);
   const char* own = static_cast<const char*>(shard);
-  const bool in_place = mine.count == 0 || own == o + mine.offset * esz;
+  char* own_in_out = o + mine.offset * esz;
+  const bool in_place = mine.count == 0 || own == own_in_out;
   // Out of place over a channel with direct reads (host buffers), round 1 sends this rank's
   // chunk straight from `shard`, so the neighbour can read it before it is copied into out;
-  // all_gather_phase places the copy. Elsewhere the chunk is copied first, as always.
-  if (!in_place && ctx.nranks > 1 && ctx.elements == nullptr && ctx.channel->direct_reads()) {
+  // all_gather_phase places the copy. Not when out is registered memory the neighbour
+  // maps and shard is not: out's copy is then the faster source (memcpy, not the kernel).
+  // Elsewhere the chunk is copied first, as always.
+  auto registered = [&](const void* p) {
+    SharedRegionRef ref;
+    return find_shared_region(p, mine.count * esz, &ref);
+  };
+  if (!in_place && ctx.nranks > 1 && ctx.elements == nullptr && ctx.channel->direct_reads() &&
+      (!ctx.channel->reads_shared_memory() || registered(own) || !registered(own_in_out))) {
     all_gather_phase(ctx, o, count, dtype, true, own);
     return;
   }
-  if (!in_place && ctx.elements != nullptr) ctx.elements->copy(o + mine.offset * esz, shard, mine.count * esz);
-  else if (!in_place) std::memmove(o + mine.offset * esz, shard, mine.count * esz);
+  if (!in_place && ctx.elements != nullptr) ctx.elements->copy(own_in_out, shard, mine.count * esz);
+  else if (!in_place) std::memmove(own_in_out, shard, mine.count * esz);
   if (ctx.nranks == 1) return;
   all_gather_phase(ctx, o, count, dtype, true);
 }

@@ -78,14 +78,19 @@ void check_registered_collectives(Communicator& c, const std::vector<size_t>& co
       shard.set(i, gather_value(mine.offset + i));
       inplace.set(mine.offset + i, gather_value(mine.offset + i));
     }
+    // A private shard gathered into shared memory: round 1 then sends from out's copy.
+    std::vector<unsigned char> private_shard(mine.count * esz + 1);
+    if (mine.count > 0) std::memcpy(private_shard.data(), shard.data(), mine.count * esz);
+    SharedTensor out2(dt, count);
     c.reset_stats();
     c.all_gather(shard.data(), out.data(), count, dt);
     c.all_gather(inplace.at(mine.offset), inplace.data(), count, dt);
+    c.all_gather(private_shard.data(), out2.data(), count, dt);
     for (size_t i = 0; i < count; ++i)
-      if (out.get(i) != gather_value(i) || inplace.get(i) != gather_value(i))
+      if (out.get(i) != gather_value(i) || inplace.get(i) != gather_value(i) || out2.get(i) != gather_value(i))
         throw Error(strfmt("all_gather N=%d count=%zu %s: element %zu wrong", N, count, dtype_name(dt), i));
     const auto& ag = c.stats().by_kind[int(CollectiveKind::all_gather)];
-    if (ag.bytes_sent != 2 * ag_bytes_sent(count, N, r, dt) || ag.bytes_recv != 2 * (count - mine.count) * esz)
+    if (ag.bytes_sent != 3 * ag_bytes_sent(count, N, r, dt) || ag.bytes_recv != 3 * (count - mine.count) * esz)
       throw Error(strfmt("all_gather N=%d count=%zu: wrong byte count", N, count));
     SharedTensor buf(dt, count), in(dt, count), rs(dt, mine.count), back(dt, count);
     for (size_t i = 0; i < count; ++i) {
