@@ -80,14 +80,22 @@ char* SlotRing::slot(uint32_t i) {
   return base + static_cast<size_t>(i % hdr_->nslots) * round_up(hdr_->slot_bytes);
 }
 
+int spin_pauses_for(int nranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return nranks <= cores ? 64 : 0;
+}
+
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
                         const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
-  // 1. Spin very briefly. Longer spins (2000 pauses) made the 8-byte all_reduce 9x
-  //    slower on a loaded 2-core host (bench/results/comm-targets-2026-11-29.md): the
-  //    spinning rank burns the time slice its peer needs. A yield that finds nothing
-  //    else to run returns at once, so phase 2 costs an idle host almost nothing.
-  for (int i = 0; i < 64; ++i) {
+  // 1. Spin very briefly (watch.spin_pauses; none when ranks outnumber cores). Longer
+  //    spins (2000 pauses) made the 8-byte all_reduce 9x slower on a loaded 2-core host
+  //    (bench/results/comm-targets-2026-11-29.md): the spinning rank burns the time slice
+  //    its peer needs. A yield that finds nothing else to run returns at once, so phase 2
+  //    costs an idle host almost nothing.
+  for (int i = 0; i < watch.spin_pauses; ++i) {
     if (ready()) return;
     cpu_relax();
   }

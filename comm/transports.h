@@ -29,6 +29,7 @@ class SlotChannel : public RingChannel {
     left_.peer_rank = (rank - 1 + nranks) % nranks;
     right_.timeout_s = left_.timeout_s = timeout_s;
     right_.check_pid = left_.check_pid = check_pids;
+    right_.spin_pauses = left_.spin_pauses = spin_pauses_for(nranks);
   }
   ~SlotChannel() override { close(); }
   void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
