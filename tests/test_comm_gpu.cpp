@@ -55,14 +55,19 @@ struct DevTensor {
   void down(size_t n) { gpu().copy_to_host(host.data(), dev.data(), n * dtype_size(host.dt)); }
 };
 
-}  // namespace
-
-TEST_CASE("nccl, one rank: every collective, blocking and async, against closed forms") {
+// A one-rank NCCL communicator on GPU 0.
+std::unique_ptr<Communicator> one_nccl_rank() {
   CommOptions o;
   o.backend = "nccl";
   o.cuda_device = 0;
   o.timeout_s = 60;
-  auto c = connect_communicator(RankEnv{}, o);
+  return connect_communicator(RankEnv{}, o);
+}
+
+}  // namespace
+
+TEST_CASE("nccl, one rank: every collective, blocking and async, against closed forms") {
+  auto c = one_nccl_rank();
   REQUIRE(c->size() == 1);
   for (DType dt : {DType::f32, DType::bf16})
     for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1000003)}) {
@@ -100,11 +105,7 @@ TEST_CASE("nccl, one rank: every collective, blocking and async, against closed 
 }
 
 TEST_CASE("nccl: a stream-form OnDone runs at issue on the comm stream, ordered after the collective") {
-  CommOptions o;
-  o.backend = "nccl";
-  o.cuda_device = 0;
-  o.timeout_s = 60;
-  auto c = connect_communicator(RankEnv{}, o);
+  auto c = one_nccl_rank();
   const size_t count = 1 << 22;  // long enough that the collective is still queued at issue
   DevTensor t(DType::f32, count), acc(DType::f32, count);
   for (size_t i = 0; i < count; ++i) t.host.set(i, value_of(0, i));
