@@ -9,10 +9,10 @@
 // to do sleeps on them with a futex (shared, so it works across processes).
 //
 // Waiting: spin 64 pause instructions (none when the ranks outnumber the cores), then
-// yield the core for up to 2 ms (a descheduled
-// peer gets to run, and no futex wake-up latency sits on the hot path), and only then
-// futex-sleep in short slices, checking between slices
-// the closed flag, the deadline and (shm) whether the peer process still exists.
+// yield the core for up to 2 ms (a descheduled peer gets to run, and no futex wake-up
+// latency sits on the hot path), and only then futex-sleep in short slices, checking
+// between slices the closed flag, the deadline and (shm) whether the peer process still
+// exists.
 #pragma once
 
 #include <atomic>
