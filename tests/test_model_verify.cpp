@@ -151,12 +151,17 @@ TEST_CASE("ringzero sample continues a prompt, deterministic in the seed", "[sam
   CHECK(wide.output.find("--window 65: the model") != std::string::npos);
 }
 
+namespace {
+// dir/small.toml: a 1-layer, 32-channel byte-level model at B=2 T=16, then `extra` keys.
+void write_small_config(TempDir& dir, const std::string& extra) {
+  std::ofstream f(dir.file("small.toml"));
+  f << "layers = 1\nchannels = 32\nheads = 2\nmax_seq = 16\ntokenizer = \"byte\"\nbatch = 2\nseq = 16\n" << extra;
+}
+}  // namespace
+
 TEST_CASE("ringzero bench-step benches a training config's shape and splits the step by kernel", "[bench]") {
   TempDir dir;
-  {
-    std::ofstream f(dir.file("small.toml"));
-    f << "layers = 1\nchannels = 32\nheads = 2\nmax_seq = 16\ntokenizer = \"byte\"\nbatch = 2\nseq = 16\n";
-  }
+  write_small_config(dir, "");
   Result r = run_ringzero("bench-step --config " + dir.file("small.toml") +
                           " --threads 1 --precision fp32 --steps 1 --warmup 0 --ops");
   INFO(r.output);
@@ -177,11 +182,7 @@ TEST_CASE("ringzero bench-step benches a training config's shape and splits the 
 // per-rank step CPU time, on a config's shape.
 TEST_CASE("ringzero bench-strategies benches a training config's shape and reports each rank's step CPU", "[bench]") {
   TempDir dir;
-  {
-    std::ofstream f(dir.file("small.toml"));
-    f << "layers = 1\nchannels = 32\nheads = 2\nmax_seq = 16\ntokenizer = \"byte\"\nbatch = 2\nseq = 16\n"
-         "nproc_per_node = 2\nbucket_mb = 0.01\n";
-  }
+  write_small_config(dir, "nproc_per_node = 2\nbucket_mb = 0.01\n");
   Result r = run_ringzero("bench-strategies --config " + dir.file("small.toml") + " --strategy zero2 --steps 2 --warmup 0");
   INFO(r.output);
   REQUIRE(r.status == 0);
