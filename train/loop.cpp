@@ -137,11 +137,16 @@ void Trainer::setup() {
   RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.strategy != StrategyKind::zero3,
            "device %s with %d ranks: zero3 runs on CPU ranks only in this build (GPU ranks: ddp, zero1 or zero2)",
            device_name(device_).c_str(), world_);
-  if (!device_.is_cpu() && world_ > 1 && cfg_.device == "cuda") {
-    // Plain `cuda` on several ranks: rank r takes GPU LOCAL_RANK mod the visible GPUs, the
-    // one its communicator picks.
+  // The simulated device (--device sim, for tests) takes every branch a GPU takes: its
+  // memory is device memory that host code cannot touch, its communicators nccl's and the
+  // cuda transport's own code over simulated calls.
+  const bool sim_device = device_.kind == DeviceKind::sim;
+  if (!device_.is_cpu() && world_ > 1 && cfg_.device.find(':') == std::string::npos) {
+    // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
+    // visible GPUs, the one its communicator picks.
     CommOptions probe;
     probe.backend = cfg_.comm;
+    probe.sim_device = sim_device;
     device_.index = cfg_.comm == "nccl" ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
@@ -197,6 +202,7 @@ void Trainer::setup() {
     // parameter all-gather.
     copts.device_buffers = true;
     copts.cuda_device = device_.index;
+    copts.sim_device = sim_device;
   }
   comm_ = connect_communicator(env_, copts);
 
