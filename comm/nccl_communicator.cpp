@@ -117,6 +117,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return nranks_; }
   std::string transport_name() const override { return "nccl"; }
+  bool takes_host_buffers() const override { return false; }
 
   void all_reduce(void* buf, size_t count, DType dt, ReduceOp op) override {
     all_reduce_async(buf, count, dt, op, {})->wait();

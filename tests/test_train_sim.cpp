@@ -195,6 +195,13 @@ TEST_CASE("GPU ranks do not claim shared-memory parameters; zero3 stays on CPU r
   CHECK(sim.out.output.find("parameters in shared memory") == std::string::npos);
   const Run cpu = train("shared_cpu", common(2, "zero2", "fp32") + " --device cpu");
   CHECK(cpu.out.output.find("parameters in shared memory") != std::string::npos);
+  // --trace on nccl ranks: the events travel as host text, through the device.
+  const fs::path trace = work_dir() / "nccl_trace.json";
+  const Run traced = train("trace_nccl", common(2, "ddp", "fp32") + " --device sim --comm nccl --trace " +
+                                             quote(trace.string()) + " --trace-steps 2:3");
+  std::ifstream tin(trace);
+  const auto tj = nlohmann::json::parse(tin);
+  CHECK(tj["traceEvents"].size() > 10);
   const Run z3 = train("zero3_sim", common(2, "zero3", "fp32") + " --device sim", false);
   CHECK(z3.out.status != 0);
   CHECK(z3.out.output.find("zero3 runs on CPU ranks only") != std::string::npos);

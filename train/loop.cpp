@@ -35,6 +35,7 @@
 #include "train/strategy_checkpoint.h"
 #include "train/timeline.h"
 #include "zero/buckets.h"
+#include "zero/host_collectives.h"
 #include "zero/memory_formula.h"
 #include "zero/memory_report.h"
 #include "zero/strategy.h"
@@ -45,10 +46,10 @@ namespace rz {
 namespace {
 
 // Collective: every rank's peak bytes (all tags) in MiB, for rank 0's progress line.
-std::vector<float> gather_peak_mib(Communicator& comm) {
-  std::vector<float> all(static_cast<size_t>(comm.size()));
+std::vector<float> gather_peak_mib(HostCollectives& hc) {
+  std::vector<float> all(static_cast<size_t>(hc.comm().size()));
   const float mine = static_cast<float>(MemoryTracker::global().peak_total()) / (1024.0f * 1024.0f);
-  comm.all_gather(&mine, all.data(), all.size(), DType::f32);
+  hc.all_gather(&mine, all.data(), all.size());
   return all;
 }
 
@@ -96,8 +97,10 @@ class Trainer {
   int stop_after(int step);
   void memory_report();
   bool rank0() const { return rank_ == 0; }
+  // The loss and the votes are host values: host_comm_ stages them through the device
+  // where the communicator takes device buffers only (nccl).
   float all_reduce_mean(float x) {
-    comm_->all_reduce(&x, 1, DType::f32, ReduceOp::avg);
+    host_comm_->all_reduce(&x, 1, ReduceOp::avg);
     return x;
   }
 
@@ -105,6 +108,7 @@ class Trainer {
   RankEnv env_;
   int rank_ = 0, world_ = 1, accum_ = 1;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<HostCollectives> host_comm_;  // comm_ for host values, through the model's backend
   bool shared_params_ = false;  // parameters in shared memory (ModelOptions::shared_params)
   std::unique_ptr<Tokenizer> tok_;
   GPT2Config mcfg_;
@@ -225,6 +229,7 @@ void Trainer::setup() {
   sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
   sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
   strategy_ = make_strategy(*model_, *comm_, sopts_);
+  host_comm_ = std::make_unique<HostCollectives>(*comm_, model_->backend());
   inputs_.resize(static_cast<size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
   rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
@@ -344,7 +349,7 @@ bool Trainer::save(int step) {
   };
   auto all_ok = [&] {  // collective: did every rank succeed so far?
     float failed = error.empty() ? 0.0f : 1.0f;
-    comm_->all_reduce(&failed, 1, DType::f32, ReduceOp::sum);
+    host_comm_->all_reduce(&failed, 1, ReduceOp::sum);
     if (failed > 0 && error.empty()) error = "another rank could not write its part";
     return failed == 0;
   };
@@ -400,7 +405,7 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
 // they stop after the same step.
 bool Trainer::stop_agreed() {
   float stop = stop_signal_received() != 0 ? 1.0f : 0.0f;
-  if (world_ > 1) comm_->all_reduce(&stop, 1, DType::f32, ReduceOp::sum);
+  if (world_ > 1) host_comm_->all_reduce(&stop, 1, ReduceOp::sum);
   return stop > 0;
 }
 
@@ -462,7 +467,8 @@ int Trainer::run() {
   int steps_timed = 0;
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
-                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision));
+                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision),
+                                           &model_->backend());
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
@@ -510,7 +516,7 @@ int Trainer::run() {
     const MemoryTracker& mt = MemoryTracker::global();
     for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t));
     rec.mem_peak_total = mt.peak_total();
-    const std::vector<float> peaks = gather_peak_mib(*comm_);
+    const std::vector<float> peaks = gather_peak_mib(*host_comm_);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "kernels/backend.h"
 
 namespace rz {
 
@@ -30,8 +31,9 @@ TraceSteps parse_trace_steps(const std::string& text, const char* key = "trace_s
 class TraceWindow {
  public:
   // path empty: the window never opens and every call is a no-op. steps is clipped to
-  // [1, last_step].
-  TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label);
+  // [1, last_step]. backend: the model's, through which the events travel where the
+  // communicator takes device buffers only (nccl); null: the CPU's.
+  TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label, Backend* backend = nullptr);
 
   bool active() const { return !path_.empty(); }
   // Collective on the window's first step (every rank calls it every step).
@@ -47,6 +49,7 @@ class TraceWindow {
   std::string path_;
   TraceSteps steps_;
   std::string label_;  // "zero2, fp32": goes into each rank's row name
+  Backend* backend_;
   bool open_ = false, written_ = false;
   double step_start_us_ = 0;
   CommStats step_start_stats_;  // the counters when the current step began
@@ -56,7 +59,7 @@ class TraceWindow {
 // Gathers every rank's recorded events and has rank 0 write the merged trace to path
 // (atomically). Collective. label names the run in the rows ("rank 1 · zero2").
 // Returns the number of bytes written on rank 0 (0 elsewhere).
-size_t write_merged_trace(Communicator& comm, const std::string& path, const std::string& label,
+size_t write_merged_trace(Communicator& comm, Backend& backend, const std::string& path, const std::string& label,
                           const CommStats& window_stats);
 
 }  // namespace rz
