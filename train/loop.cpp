@@ -214,7 +214,9 @@ void Trainer::setup() {
   mopts.attention = parse_attention(cfg_.attention);
   // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
   // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).
-  mopts.shared_params = comm_->reads_shared_memory() &&
+  // Host parameters only: on GPU ranks the cuda transport's host channel reads shared
+  // memory too, but the parameters are device memory.
+  mopts.shared_params = device_.is_cpu() && comm_->reads_shared_memory() &&
                         (cfg_.strategy == StrategyKind::zero1 || cfg_.strategy == StrategyKind::zero2);
   shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
