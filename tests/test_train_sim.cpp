@@ -127,6 +127,13 @@ TEST_CASE("train on the simulated device over the cuda transport is the CPU's ru
       CHECK(sim.out.output.find("on sim:0") != std::string::npos);  // the memory report: device bytes
       CHECK(sim.out.output.find("---- sample after step 4") != std::string::npos);
       CHECK(sim.metrics[1].contains("val_loss"));
+      // The step records count the device's bytes (the model states live there), the CPU run's the host's.
+      const uint64_t param_bytes = 124672ull * (std::string(precision) == "fp32" ? 4 : 2);
+      CHECK(sim.metrics[0]["mem_peak_bytes"]["params"].get<uint64_t>() >= param_bytes);
+      for (const char* tag : {"params", "grads", "master", "adam_m", "adam_v", "activations"}) {
+        CAPTURE(tag);  // comm and workspace: each transport's own buffers
+        CHECK(sim.metrics[0]["mem_peak_bytes"][tag] == cpu.metrics[0]["mem_peak_bytes"][tag]);
+      }
     }
 }
 

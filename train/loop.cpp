@@ -45,10 +45,11 @@ namespace fs = std::filesystem;
 namespace rz {
 namespace {
 
-// Collective: every rank's peak bytes (all tags) in MiB, for rank 0's progress line.
-std::vector<float> gather_peak_mib(HostCollectives& hc) {
+// Collective: every rank's peak bytes (all tags) in MiB on the model's device (the host,
+// or a GPU's memory), for rank 0's progress line.
+std::vector<float> gather_peak_mib(HostCollectives& hc, DeviceKind kind) {
   std::vector<float> all(static_cast<size_t>(hc.comm().size()));
-  const float mine = static_cast<float>(MemoryTracker::global().peak_total()) / (1024.0f * 1024.0f);
+  const float mine = static_cast<float>(MemoryTracker::global().peak_total(kind)) / (1024.0f * 1024.0f);
   hc.all_gather(&mine, all.data(), all.size());
   return all;
 }
@@ -516,9 +517,10 @@ int Trainer::run() {
     rec.tokens_per_s = tokens_per_step / step_s;
     rec.tokens = static_cast<uint64_t>(tokens_per_step) * static_cast<uint64_t>(s + 1);
     const MemoryTracker& mt = MemoryTracker::global();
-    for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t));
-    rec.mem_peak_total = mt.peak_total();
-    const std::vector<float> peaks = gather_peak_mib(*host_comm_);
+    // Where the model lives: on GPU ranks the host's figures would miss the model states.
+    for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t), device_.kind);
+    rec.mem_peak_total = mt.peak_total(device_.kind);
+    const std::vector<float> peaks = gather_peak_mib(*host_comm_, device_.kind);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
