@@ -101,7 +101,7 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   std::fprintf(out, "  %-12s", "driver used");
   for (const RankMemoryCounters& m : r.ranks)
     std::fprintf(out, "  %24s", (mb(double(m.driver_used)) + " of " + mb(double(m.driver_total))).c_str());
-  std::fprintf(out, "  %14s\n", "(cudaMemGetInfo)");
+  std::fprintf(out, "  %14s\n", r.device.kind == DeviceKind::sim ? "(sim arena)" : "(cudaMemGetInfo)");
   std::fprintf(out, "  %-12s", "host peak");
   for (const RankMemoryCounters& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.host_peak_total)).c_str());
   std::fprintf(out, "\n");
