@@ -9,7 +9,8 @@
 // and exits with kSkipCode, which tests/CMakeLists.txt registers as SKIP_RETURN_CODE: CTest
 // then reports the test as skipped, never as passed.
 //
-// Started with `--device sim` (first argument), the backend under test is the simulated
+// A program whose tests reach the device only through gpu() may take `--device sim` (first
+// argument; gpu_test_main's sim_capable): the backend under test is then the simulated
 // device (kernels/sim) instead, which runs everywhere: its ops are the CPU's behind a
 // guarded arena, so every comparison is bitwise there, whatever tolerance the test names.
 #pragma once
@@ -165,8 +166,8 @@ void compare(const std::string& what, const std::vector<T>& got, const std::vect
 }
 
 // The CATCH_CONFIG_RUNNER main of a GPU test program.
-inline int gpu_test_main(int argc, char** argv, const char* program) {
-  if (argc > 2 && std::string(argv[1]) == "--device" && std::string(argv[2]) == "sim") {
+inline int gpu_test_main(int argc, char** argv, const char* program, bool sim_capable = false) {
+  if (sim_capable && argc > 2 && std::string(argv[1]) == "--device" && std::string(argv[2]) == "sim") {
     under_test() = BackendUnderTest{Device{DeviceKind::sim, 0}, true};
     argv[2] = argv[0];
     std::printf("%s: on %s against %s, bitwise\n", program, gpu().name().c_str(), cpu().name().c_str());

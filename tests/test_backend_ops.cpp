@@ -15,7 +15,7 @@
 using namespace rz;
 using namespace rz::test;
 
-int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_backend_ops"); }
+int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_backend_ops", /*sim_capable=*/true); }
 
 TEMPLATE_TEST_CASE("encoder forward and backward", "[ops]", float, bf16) {
   using E = TestType;
