@@ -181,11 +181,14 @@ class SimNcclCalls final : public NcclCalls {
     (void)comm;
     return NcclStatus::ok();
   }
+  // As ncclCommAbort: when it returns, no collective of this communicator touches its
+  // buffers any more (one still in the ring ends at the ring's own timeout at the latest).
   void abort(void* comm) override {
     (void)comm;
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
     aborted_ = true;
     cv_.notify_all();
+    cv_.wait(l, [&] { return running_ == 0; });
   }
 
  private:
@@ -224,15 +227,21 @@ class SimNcclCalls final : public NcclCalls {
       {
         std::unique_lock<std::mutex> l(mu_);
         if (!error_.empty()) return stuck(l);
+        ++running_;
       }
+      std::string failure;
       try {
         if (copy_in && in_count > 0 && i != o) std::memmove(o, i, in_count * esz);
         run(i, o);
       } catch (const std::exception& e) {
-        std::unique_lock<std::mutex> l(mu_);
-        if (error_.empty()) error_ = strfmt("remote process exited or there was a network error: %s", e.what());
-        stuck(l);
+        failure = strfmt("remote process exited or there was a network error: %s", e.what());
       }
+      std::unique_lock<std::mutex> l(mu_);
+      --running_;
+      cv_.notify_all();
+      if (failure.empty()) return;
+      if (error_.empty()) error_ = failure;
+      stuck(l);
     });
     return NcclStatus::ok();
   }
@@ -245,6 +254,7 @@ class SimNcclCalls final : public NcclCalls {
   std::mutex mu_;
   std::condition_variable cv_;
   bool initializing_ = false, aborted_ = false;
+  int running_ = 0;          // collectives inside the ring now
   std::string error_;        // the first asynchronous error (async_error reports it)
   sim::Stream init_stream_;  // comm_init_rank's background work; last, so joined first
 };
