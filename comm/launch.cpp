@@ -160,10 +160,10 @@ std::string self_executable() {
   return path;
 }
 
-int pick_free_port() {
+int pick_free_port(const std::string& host) {
   // The kernel picks the port; the socket is closed again at once, so the port is only
   // known to have been free a moment ago.
-  return Socket::listen_on(0, "launcher: finding a free port").local_port();
+  return Socket::listen_on(0, "launcher: finding a free port", host).local_port();
 }
 
 std::string random_job_token() {
@@ -195,7 +195,7 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
     RZ_CHECK(!token.empty(),
              "set RINGZERO_JOB_TOKEN to the same secret on every node when --nnodes is %d", opts.nnodes);
   } else {
-    if (port == 0) port = pick_free_port();
+    if (port == 0) port = pick_free_port(opts.master_addr);
     if (token.empty()) token = random_job_token();
   }
   const int world = opts.nnodes * opts.nproc_per_node;
