@@ -33,6 +33,7 @@
 #include "base/check.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "kernels/gemm_alignment.h"
 
 namespace rz {
 
@@ -394,6 +395,14 @@ GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_un
   finalize_config(impl_->cfg);
   impl_->opts = opts;
   impl_->layout = build_param_layout(impl_->cfg);
+  // On a device every tensor offset (a multiple of C) must be 16-byte aligned, the alignment
+  // its GEMMs are planned for (kernels/gemm_alignment.h).
+  const size_t C_bytes = size_t(impl_->cfg.channels) * precision_bytes(opts.precision);
+  RZ_CHECK(opts.device.is_cpu() || C_bytes % kGemmAlignBytes == 0,
+           "device %s: channels C = %d are %zu bytes in %s, not a multiple of %u, so the parameters and gradients "
+           "would sit off the 16-byte grid cuBLASLt is planned for; use C a multiple of 8",
+           device_name(opts.device).c_str(), impl_->cfg.channels, C_bytes, precision_name(opts.precision),
+           unsigned(kGemmAlignBytes));
   impl_->ready_ranges = grad_ready_ranges(impl_->layout);
   impl_->backend = make_backend(opts.device);
   const size_t param_bytes = impl_->layout.total * precision_bytes(opts.precision);

@@ -301,7 +301,7 @@ class CudaBackend final : public Backend {
     (void)cudaStreamSynchronize(ctx_->stream);
     if (ctx_->lt.workspace) (void)cudaFree(ctx_->lt.workspace);
     if (ctx_->lt.handle) (void)cublasLtDestroy(ctx_->lt.handle);
-    cuda::delete_gemm_algo_cache(ctx_->lt.algos);
+    cuda::delete_gemm_plan_cache(ctx_->lt.plans);
     (void)cudaStreamDestroy(ctx_->stream);
   }
 
@@ -471,7 +471,7 @@ std::unique_ptr<Backend> make_cuda_backend(int index) {
   CUBLAS_CHECK(cublasLtCreate(&ctx->lt.handle));
   CUDA_CHECK(cudaMalloc(&ctx->lt.workspace, kWorkspaceBytes));
   ctx->lt.workspace_bytes = kWorkspaceBytes;
-  ctx->lt.algos = cuda::new_gemm_algo_cache();
+  ctx->lt.plans = cuda::new_gemm_plan_cache();
   return std::make_unique<CudaBackend>(std::move(ctx), prop.name);
 }
 

@@ -17,20 +17,21 @@
 
 namespace rz::cuda {
 
-// The cuBLASLt algorithm chosen for each gemm configuration, asked of the heuristic once
-// (matmul.cu): saves its cost on every later call, and keeps the choice -- and so the
-// bits -- fixed for the life of the backend.
-struct GemmAlgoCache;
-GemmAlgoCache* new_gemm_algo_cache();
-void delete_gemm_algo_cache(GemmAlgoCache* cache);
+// One cuBLASLt plan per gemm configuration (descriptors, layouts, the alignments its
+// shape plans for and the algorithm chosen for them), built on first use (matmul.cu):
+// saves rebuilding them on every call, and keeps the choice -- and so the bits -- fixed by
+// the configuration, never by where the operands sit.
+struct GemmPlanCache;
+GemmPlanCache* new_gemm_plan_cache();
+void delete_gemm_plan_cache(GemmPlanCache* cache);
 
-// cuBLASLt handle, the workspace its kernels may use, the algorithm cache (owned by the
+// cuBLASLt handle, the workspace its kernels may use, the plan cache (owned by the
 // backend).
 struct BlasLt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  GemmAlgoCache* algos = nullptr;
+  GemmPlanCache* plans = nullptr;
 };
 
 // --- encoder.cu
@@ -76,7 +77,9 @@ void bias_backward(E* dbias, const E* dout, int N, int OC,
                    cudaStream_t s);
 // D = alpha op(A) op(B) + beta D, column-major (cuBLAS's convention), `batch` matrices
 // apart by the strides (in elements). A, B of type ab; D of type d (fp32 accumulate).
-void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int n, int k,
+// Each operand must meet the alignment its leading dimension and stride plan for
+// (kernels/gemm_alignment.h); one that does not fails naming `what` and the operand.
+void gemm(const BlasLt& lt, cudaStream_t s, const char* what, bool transA, bool transB, int m, int n, int k,
           const void* A, long long lda, long long strideA, const void* B, long long ldb, long long strideB,
           cudaDataType_t ab, void* D, long long ldd, long long strideD, cudaDataType_t d, int batch,
           float alpha, float beta);
