@@ -48,11 +48,13 @@ class Ops {
                                const E* wpe,    // (maxT, C)
                                int B, int T, int C) = 0;
   // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic: the same
-  // inputs give the same bits (no atomics in the order of arrival).
-  virtual void encoder_backward(E* dwte,         // (Vp, C) accumulated
-                                E* dwpe,         // (maxT, C) accumulated
-                                const E* dout,   // (B, T, C)
-                                const int* inp,  // (B, T)
+  // inputs give the same bits (no atomics in the order of arrival). The token ids are the
+  // host's copy (the caller has them): a GPU groups positions by token on the host without
+  // reading them back from the device.
+  virtual void encoder_backward(E* dwte,              // (Vp, C) accumulated
+                                E* dwpe,              // (maxT, C) accumulated
+                                const E* dout,        // (B, T, C)
+                                const int* host_inp,  // (B, T) host
                                 int B, int T, int C) = 0;
 
   // out = (inp - mean) * rstd * weight + bias per row; mean and rstd saved for backward.

@@ -165,6 +165,7 @@ struct GPT2::Impl {
   int capB = 0, capT = 0;        // activation capacity
   int B = 0, T = 0;              // shape of the last forward
   bool have_targets = false, logits_valid = false;
+  std::vector<int> host_inputs;  // (B*T) the last forward's token ids, on the host for encoder_backward
 
   // ZeRO-3 (set_param_gate): per unit, the gate's pointer while acquired, else null.
   ParamGate* gate = nullptr;
@@ -237,6 +238,7 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   Backend& be = *backend;
   Ops<E>& op = be.ops<E>();
   be.copy_from_host(a.inputs, in, N * sizeof(int));
+  host_inputs.assign(in, in + N);
   if (tg) be.copy_from_host(a.targets, tg, N * sizeof(int));
 
   // ZeRO-3 units (no-ops without a gate): the embeddings stay acquired from the encoder to
@@ -384,7 +386,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     report_ready();  // ln1
   }
 
-  op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, a.inputs, B, T, C);
+  op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, host_inputs.data(), B, T, C);
   report_ready();  // wpe and wte
   RZ_ENFORCE_EQ(next_ready, ready.size());
   sink.end_backward();

@@ -2,10 +2,10 @@
 // three layers: kernel -> launcher -> this). It owns what the launchers borrow: one
 // compute stream (every op is queued on it in call order), the cuBLASLt handle and its
 // workspace, grow-only device scratch for ops that need temporaries, and pinned host
-// staging for the few ops that talk to the host (encoder_backward's token buckets,
-// sum_squares' partials, copy_to_host). Device memory for Buffers comes from cudaMalloc
-// through the DeviceAllocator registered with base/memory, zero-filled like host Buffers;
-// never managed memory.
+// staging for the few ops that talk to the host (encoder_backward's token buckets, uploaded
+// without a stream wait; sum_squares' partials, which wait). Device memory for Buffers
+// comes from cudaMalloc through the DeviceAllocator registered with base/memory,
+// zero-filled like host Buffers; never managed memory.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -143,6 +143,7 @@ struct CudaContext {
   enum Slot { kScratchA, kScratchB, kScratchInts, kScratchSums, kNumSlots };
   DeviceScratch scratch[kNumSlots];
   HostStaging staging_ints, staging_sums;
+  cudaEvent_t ints_uploaded = nullptr;  // after encoder_backward's upload from staging_ints
 
   void bind() const { CUDA_CHECK(cudaSetDevice(index)); }
   float* floats(Slot s, size_t n) { return static_cast<float*>(scratch[s].get(n * sizeof(float))); }
@@ -161,38 +162,36 @@ class CudaOps final : public Ops<E> {
     cuda::encoder_forward(dev(out), inp, dev(wte), dev(wpe), B, T, C, ctx_->stream);
   }
 
-  // dwte without atomics: the token ids come to the host, positions are grouped by token
-  // (ascending position within a token, so fp32 sums follow the CPU's order), and one
-  // block column per distinct token adds its positions.
-  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) override {
+  // dwte without atomics: positions are grouped by token on the host from the host's ids
+  // (ascending position within a token, so fp32 sums follow the CPU's order), and one block
+  // column per distinct token adds its positions. No read-back and no stream wait: only the
+  // previous call's upload from the pinned staging must be done before it is rewritten.
+  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* host_inp, int B, int T, int C) override {
     ctx_->bind();
     const size_t BT = size_t(B) * T;
     cuda::encoder_backward_wpe(dev(dwpe), dev(dout), B, T, C, ctx_->stream);
     if (BT == 0) return;
-    // Wait for the stream first: the previous call's upload from the staging buffer must
-    // have finished before the buffer is reused (or replaced).
-    ctx_->sync();
+    if (ctx_->ints_uploaded == nullptr)
+      CUDA_CHECK(cudaEventCreateWithFlags(&ctx_->ints_uploaded, cudaEventDisableTiming));
+    else
+      CUDA_CHECK(cudaEventSynchronize(ctx_->ints_uploaded));  // a step ago: long finished
     int* host = static_cast<int*>(ctx_->staging_ints.get(sizeof(int) * (3 * BT + 1)));
-    int* tokens = host;              // (BT) the ids, then reused for bucket tokens
-    int* starts = host + BT;         // (nbuckets + 1)
-    int* positions = host + 2 * BT + 1;  // (BT)
-    CUDA_CHECK(cudaMemcpyAsync(tokens, inp, sizeof(int) * BT, cudaMemcpyDeviceToHost, ctx_->stream));
-    ctx_->sync();
+    int* tokens = host;                  // (nbuckets) the distinct tokens, ascending
+    int* starts = host + BT;             // (nbuckets + 1)
+    int* positions = host + 2 * BT + 1;  // (BT) grouped by token
     std::iota(positions, positions + BT, 0);
-    std::stable_sort(positions, positions + BT, [&](int a, int b) { return tokens[a] < tokens[b]; });
+    std::stable_sort(positions, positions + BT, [&](int a, int b) { return host_inp[a] < host_inp[b]; });
     int nbuckets = 0;
-    std::vector<int> bucket_tokens;
-    bucket_tokens.reserve(BT);
     for (size_t j = 0; j < BT; ++j) {
-      if (j == 0 || tokens[positions[j]] != tokens[positions[j - 1]]) {
+      if (j == 0 || host_inp[positions[j]] != host_inp[positions[j - 1]]) {
+        tokens[nbuckets] = host_inp[positions[j]];
         starts[nbuckets++] = int(j);
-        bucket_tokens.push_back(tokens[positions[j]]);
       }
     }
     starts[nbuckets] = int(BT);
-    std::copy(bucket_tokens.begin(), bucket_tokens.end(), tokens);
     int* d = static_cast<int*>(ctx_->scratch[CudaContext::kScratchInts].get(sizeof(int) * (3 * BT + 1)));
     CUDA_CHECK(cudaMemcpyAsync(d, host, sizeof(int) * (3 * BT + 1), cudaMemcpyHostToDevice, ctx_->stream));
+    CUDA_CHECK(cudaEventRecord(ctx_->ints_uploaded, ctx_->stream));
     cuda::encoder_backward_wte(dev(dwte), dev(dout), d, d + BT, d + 2 * BT + 1, nbuckets, C, ctx_->stream);
   }
 
@@ -299,6 +298,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
     (void)cudaStreamSynchronize(ctx_->stream);
+    if (ctx_->ints_uploaded) (void)cudaEventDestroy(ctx_->ints_uploaded);
     if (ctx_->lt.workspace) (void)cudaFree(ctx_->lt.workspace);
     if (ctx_->lt.handle) (void)cublasLtDestroy(ctx_->lt.handle);
     cuda::delete_gemm_plan_cache(ctx_->lt.plans);
