@@ -414,14 +414,40 @@ class CudaBackend final : public Backend {
     return t_scope_owner == this && t_scope_stream != nullptr ? t_scope_stream : ctx_->stream;
   }
 
+  // One launch per call without spans; with spans, neighbouring spans of one kind merge and
+  // each launch takes up to kAdamWMaxSpans of them (one launch per bucket in practice).
   template <typename P, typename G>
   void update(P* params, float* master, float* m, float* v, const G* grads, size_t n, const AdamWStep& s) {
     RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
+    check_adamw_spans(s, n);
     ctx_->bind();
     // The bias corrections exactly as the CPU computes them (fp32 pow on the host).
     cuda::AdamWArgs a{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
                       1.0f - std::pow(s.beta1, float(s.t)), 1.0f - std::pow(s.beta2, float(s.t))};
-    cuda::adamw_update(params, master, m, v, grads, n, a, ctx_->stream);
+    if (s.num_spans == 0) {
+      cuda::adamw_update(params, master, m, v, grads, n, a, cuda::AdamWSpans{}, ctx_->stream);
+      return;
+    }
+    std::vector<AdamWSpan> merged;
+    for (size_t k = 0; k < s.num_spans; ++k) {
+      if (!merged.empty() && merged.back().decay == s.spans[k].decay)
+        merged.back().end = s.spans[k].end;
+      else
+        merged.push_back(s.spans[k]);
+    }
+    size_t k = 0, end = 0;
+    while (k < merged.size()) {
+      const size_t first = end;
+      cuda::AdamWSpans group;
+      for (; k < merged.size() && group.count < cuda::kAdamWMaxSpans; ++k) {
+        group.end[group.count] = merged[k].end - first;
+        if (merged[k].decay) group.decay_mask |= 1ull << group.count;
+        ++group.count;
+        end = merged[k].end;
+      }
+      cuda::adamw_update(params ? params + first : nullptr, master ? master + first : nullptr, m + first, v + first,
+                         grads + first, end - first, a, group, ctx_->stream);
+    }
   }
 
   template <typename S>

@@ -144,8 +144,18 @@ struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   float bias1, bias2;  // 1 - beta^t, computed on the host as the CPU does
 };
+// Weight decay by span, for one launch over several tensors: element i (counted from the
+// launch's first) lies in the first span k with i < end[k] and decays when bit k of
+// decay_mask is set. count 0: weight_decay applies to every element. Passed by value as a
+// kernel parameter, so a launch needs no device table and no upload.
+constexpr int kAdamWMaxSpans = 64;
+struct AdamWSpans {
+  int count = 0;
+  unsigned long long decay_mask = 0;
+  size_t end[kAdamWMaxSpans];  // increasing; end[count - 1] = n
+};
 template <typename P, typename G>
 void adamw_update(P* params, float* master, float* m, float* v, const G* grads, size_t n,
-                  const AdamWArgs& a, cudaStream_t s);
+                  const AdamWArgs& a, const AdamWSpans& spans, cudaStream_t s);
 
 }  // namespace rz::cuda
