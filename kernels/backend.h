@@ -32,6 +32,7 @@
 
 #include "base/bf16.h"
 #include "base/memory.h"
+#include "base/trace.h"
 #include "kernels/cpu/adamw.h"  // AdamWStep: the step description every backend takes
 
 namespace rz {
@@ -145,6 +146,10 @@ class Backend {
     (void)total;
     return false;
   }
+
+  // Stamps on this backend's compute stream for `--trace` (base/trace.h DeviceClock), so a
+  // GPU rank's spans are device time. Null where ops finish before they return (the host).
+  virtual trace::DeviceClock* trace_clock() { return nullptr; }
 
   template <typename E>
   Ops<E>& ops();

@@ -284,6 +284,57 @@ class CudaOps final : public Ops<E> {
   CudaContext* ctx_;
 };
 
+// `--trace` on this GPU (base/trace.h): timing events on the compute stream. The origin is
+// an event recorded once the stream is idle and waited for, so "now" on the host is its
+// device time; a stamp's time is cudaEventElapsedTime from it (about 0.5 us resolution).
+// Events are created as stamps need them and reused after recycle().
+class CudaTraceClock final : public trace::DeviceClock {
+ public:
+  explicit CudaTraceClock(CudaContext* ctx) : ctx_(ctx) {}
+  ~CudaTraceClock() override {
+    trace::forget_device_clock(this);
+    if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
+    if (origin_) (void)cudaEventDestroy(origin_);
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  CudaTraceClock(const CudaTraceClock&) = delete;
+  CudaTraceClock& operator=(const CudaTraceClock&) = delete;
+
+  void set_origin() override {
+    ctx_->bind();
+    if (origin_ == nullptr) CUDA_CHECK(cudaEventCreate(&origin_));
+    ctx_->sync();
+    CUDA_CHECK(cudaEventRecord(origin_, ctx_->stream));
+    CUDA_CHECK(cudaEventSynchronize(origin_));
+  }
+  uint64_t stamp() override {
+    ctx_->bind();
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));  // with timing (the default flags)
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_], ctx_->stream));
+    return used_++;
+  }
+  double since_origin_us(uint64_t ticket) override {
+    RZ_CHECK(origin_ != nullptr && ticket < used_, "trace: device stamp %llu was never taken (origin %s)",
+             (unsigned long long)ticket, origin_ ? "set" : "not set");
+    ctx_->bind();
+    CUDA_CHECK(cudaEventSynchronize(events_[ticket]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, origin_, events_[ticket]));
+    return 1e3 * double(ms);
+  }
+  void recycle() override { used_ = 0; }
+
+ private:
+  CudaContext* ctx_;
+  cudaEvent_t origin_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;  // events_[0 .. used_) hold unread stamps
+};
+
 // The stream a StreamScope gave this thread (backend.h), and for which backend.
 thread_local const void* t_scope_owner = nullptr;
 thread_local cudaStream_t t_scope_stream = nullptr;
@@ -293,9 +344,11 @@ class CudaBackend final : public Backend {
   CudaBackend(std::unique_ptr<CudaContext> ctx, std::string device_name)
       : Backend(std::make_unique<CudaOps<float>>(ctx.get()), std::make_unique<CudaOps<bf16>>(ctx.get())),
         ctx_(std::move(ctx)),
-        device_name_(std::move(device_name)) {}
+        device_name_(std::move(device_name)),
+        clock_(std::make_unique<CudaTraceClock>(ctx_.get())) {}
 
   ~CudaBackend() override {
+    clock_.reset();  // its events before the context they were made in
     if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
     (void)cudaStreamSynchronize(ctx_->stream);
     if (ctx_->ints_uploaded) (void)cudaEventDestroy(ctx_->ints_uploaded);
@@ -306,6 +359,7 @@ class CudaBackend final : public Backend {
   }
 
   Device device() const override { return Device{DeviceKind::cuda, ctx_->index}; }
+  trace::DeviceClock* trace_clock() override { return clock_.get(); }
   std::string name() const override { return strfmt("cuda:%d (%s)", ctx_->index, device_name_.c_str()); }
   bool driver_memory(size_t* used, size_t* total) override {
     ctx_->bind();
@@ -467,6 +521,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<CudaContext> ctx_;
   std::string device_name_;
+  std::unique_ptr<CudaTraceClock> clock_;
 };
 
 }  // namespace
