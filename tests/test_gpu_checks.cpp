@@ -143,7 +143,8 @@ TEST_CASE("gemm operands are planned for an alignment fixed by the shape") {
     const long long C = c.channels, hs = C / c.num_heads;
     for (size_t es : {size_t(2), size_t(4)}) {
       INFO(name << ", " << es << "-byte elements");
-      for (long long ld : {C, 3 * C, 4 * C, (long long)c.padded_vocab_size}) CHECK(gemm_operand_alignment(ld, 0, 1, es) == 16);
+      for (long long ld : {C, 3 * C, 4 * C, (long long)c.padded_vocab_size})
+        CHECK(gemm_operand_alignment(ld, 0, 1, es) == 16);
       CHECK(gemm_operand_alignment(3 * C, hs, c.num_heads, es) == 16);
       CHECK(gemm_operand_alignment(C, hs, c.num_heads, es) == 16);
     }

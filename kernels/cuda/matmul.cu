@@ -124,8 +124,8 @@ std::unique_ptr<GemmPlan> build_plan(const BlasLt& lt, bool transA, bool transB,
                                                       sizeof(plan->align_d)));
     cublasLtMatmulHeuristicResult_t best{};
     int found = 0;
-    CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(lt.handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1, &best, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1,
+                                                &best, &found));
     RZ_CHECK(found > 0, "cuBLASLt has no algorithm for a %s gemm m=%d n=%d k=%d batch=%d (transA=%d transB=%d)",
              ab == CUDA_R_32F ? "fp32" : "bf16", m, n, k, batch, int(transA), int(transB));
     plan->algo = best.algo;
