@@ -5,8 +5,8 @@
 //     and the metrics parser on a real `ringzero train --metrics` file;
 //   - the shapes test_model_cuda and test_zero_gpu use do make grid-stride kernels take a
 //     second pass (kernels/cuda/grid.h);
-//   - the GEMM alignment rule of kernels/gemm_alignment.h, and that every preset's
-//     operands are planned for 16 bytes.
+//   - the GEMM alignment rule of kernels/gemm_alignment.h, that every preset's operands
+//     are planned for 16 bytes, and that a GPU model refuses C off the 16-byte grid.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,8 +14,10 @@
 #include <fstream>
 #include <vector>
 
+#include "base/check.h"
 #include "kernels/gemm_alignment.h"
 #include "model/config.h"
+#include "model/gpt2.h"
 #include "tests/gpu_compare.h"
 #include "tests/run_ringzero.h"
 
@@ -154,4 +156,21 @@ TEST_CASE("gemm operands are planned for an alignment fixed by the shape") {
   CHECK_NOTHROW(check_gemm_operand("matmul_forward", "A", buf + 8, 8));
   CHECK_THROWS_WITH(check_gemm_operand("matmul_backward (dweight)", "D", buf + 4, 16),
                     Catch::Contains("matmul_backward (dweight): operand D") && Catch::Contains("not 16-byte aligned"));
+}
+
+TEST_CASE("a GPU model refuses channels that would put tensors off the 16-byte grid") {
+  // Checked before any device is touched, so it is testable without one.
+  GPT2Config odd = model_preset("tiny");
+  odd.channels = 12;  // 24 bytes per row in bf16, 48 in fp32
+  odd.num_heads = 2;
+  const Device gpu{DeviceKind::cuda, 0};
+  CHECK_THROWS_WITH(GPT2(odd, ModelOptions(Precision::bf16, false, gpu)),
+                    Catch::Contains("channels C = 12 are 24 bytes in bf16, not a multiple of 16"));
+  // fp32 rows of 48 bytes are on the grid: whatever stops this model here, it is not that.
+  try {
+    GPT2 m(odd, ModelOptions(Precision::fp32, false, gpu));
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("16-byte grid") == std::string::npos);
+  }
+  CHECK_NOTHROW(GPT2(odd, ModelOptions(Precision::bf16, false, Device{})));  // the CPU takes any C
 }
