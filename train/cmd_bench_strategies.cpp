@@ -133,7 +133,7 @@ int bench_rank(const BenchArgs& a) {
   TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
   if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
   TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
-                       a.strategy + " " + a.precision);
+                       a.strategy + " " + a.precision, model.backend().trace_clock());
   const int B = a.batch, T = a.seq, V = cfg.vocab_size;
   std::vector<int> in(B * T), tg(B * T);
   std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;

@@ -456,7 +456,8 @@ int Trainer::run() {
   int steps_timed = 0;
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
-                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision));
+                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision),
+                                           model_->backend().trace_clock());
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
