@@ -1,0 +1,50 @@
+// train/run_paths.cpp: the inputs and outputs of a training run (see run_paths.h).
+#include "train/run_paths.h"
+
+#include <filesystem>
+#include <set>
+
+#include "base/check.h"
+#include "data/loader.h"
+
+namespace rz {
+
+std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
+  std::vector<RunPath> in;
+  if (!cfg.config_path.empty()) in.push_back({"the config file", cfg.config_path});
+  std::set<std::string> dirs;  // each shard directory's prepare files, once
+  for (const auto& [key, pattern] : {std::pair{"data", cfg.data}, std::pair{"val_data", cfg.val_data}}) {
+    if (pattern.empty()) continue;
+    std::vector<std::string> files;
+    try {
+      files = expand_shard_pattern(pattern);
+    } catch (const Error&) {
+      continue;  // nothing there to protect; the loader names the pattern
+    }
+    for (const std::string& f : files) {
+      in.push_back({strfmt("the %s shard", key), f});
+      std::filesystem::path dir = std::filesystem::path(f).parent_path();
+      if (dir.empty()) dir = ".";
+      if (dirs.insert(dir.string()).second) {
+        in.push_back({strfmt("the %s shards' prepare file", key), (dir / "meta.json").string()});
+        in.push_back({strfmt("the %s shards' prepare file", key), (dir / "tokenizer.bin").string()});
+      }
+    }
+  }
+  if (!cfg.init.empty()) in.push_back({"the init model", cfg.init});
+  if (!cfg.tokenizer.empty() && cfg.tokenizer != "byte" && cfg.tokenizer != "gpt2")
+    in.push_back({"the tokenizer", cfg.tokenizer});
+  if (!cfg.gpt2_dir.empty()) {
+    in.push_back({"the gpt2_dir", cfg.gpt2_dir});
+    in.push_back({"the gpt2_dir", (std::filesystem::path(cfg.gpt2_dir) / "encoder.json").string()});
+    in.push_back({"the gpt2_dir", (std::filesystem::path(cfg.gpt2_dir) / "vocab.bpe").string()});
+  }
+  return in;
+}
+
+void check_train_paths(const TrainConfig& cfg) {
+  check_run_outputs({{"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}},
+                    {{"save_dir", cfg.save_dir}}, train_inputs(cfg));
+}
+
+}  // namespace rz
