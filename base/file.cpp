@@ -297,7 +297,7 @@ void check_run_outputs(const std::vector<RunPath>& file_outputs, const std::vect
 
 void check_input_file(const std::string& path, const char* what) {
   struct stat st;
-  RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s %s: cannot read: %s", what, path.c_str(), errno_string().c_str());
+  RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s %s: cannot open: %s", what, path.c_str(), errno_string().c_str());
   RZ_CHECK(S_ISREG(st.st_mode), "%s %s: is %s, not a regular file", what, path.c_str(), mode_kind(st.st_mode));
   RZ_CHECK(::access(path.c_str(), R_OK) == 0, "%s %s: cannot read: %s", what, path.c_str(), errno_string().c_str());
 }

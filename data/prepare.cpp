@@ -302,10 +302,13 @@ void check_prepared_dir(const std::string& dir) {
     const std::string key = std::string(split) + "_shards";
     std::set<std::string> listed, present;
     uint64_t tokens = 0;
-    try {
-      for (const auto& n : meta.at(key)) listed.insert(n.get<std::string>());
-    } catch (const std::exception&) {
-      RZ_FAIL("%s: no '%s' list (not written by `ringzero prepare`?)", meta_path.c_str(), key.c_str());
+    RZ_CHECK(meta.contains(key), "%s: no '%s' list (not written by `ringzero prepare`?)", meta_path.c_str(),
+             key.c_str());
+    RZ_CHECK(meta[key].is_array(), "%s: '%s' is not a list of shard file names", meta_path.c_str(), key.c_str());
+    for (const auto& n : meta[key]) {
+      RZ_CHECK(n.is_string(), "%s: '%s' holds %s, not a shard file name", meta_path.c_str(), key.c_str(),
+               n.dump().substr(0, 40).c_str());
+      listed.insert(n.get<std::string>());
     }
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -316,8 +319,12 @@ void check_prepared_dir(const std::string& dir) {
       }
     }
     uint64_t want = 0;
-    if (meta.contains(std::string(split) + "_tokens") && meta[std::string(split) + "_tokens"].is_number_unsigned())
-      want = meta[std::string(split) + "_tokens"].get<uint64_t>();
+    const std::string count_key = std::string(split) + "_tokens";
+    if (meta.contains(count_key)) {
+      RZ_CHECK(meta[count_key].is_number_unsigned(), "%s: '%s' is %s, not a token count", meta_path.c_str(),
+               count_key.c_str(), meta[count_key].dump().substr(0, 40).c_str());
+      want = meta[count_key].get<uint64_t>();
+    }
     RZ_CHECK(listed == present && tokens == want,
              "%s: meta.json lists %zu %s shards with %llu tokens, but the directory holds %zu with %llu: a mix of "
              "two `ringzero prepare` runs? Re-run prepare into this directory",

@@ -90,7 +90,7 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   CHECK(error_of([&] { parse({bad_float}, cfg); }).find(":1: batch: expected an int, found a float") != std::string::npos);
   const std::string syntax = write_temp("e.toml", "lr = = 3\n");
   CHECK(error_of([&] { parse({syntax}, cfg); }).find(syntax + ":1: TOML syntax error") == 0);
-  CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("config file /nonexistent/x.toml: cannot read") == 0);
+  CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("config file /nonexistent/x.toml: cannot open") == 0);
   CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a finite number, found 'fast'");
   CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer in [-2147483648, 2147483647], found '2x'");
   CHECK(error_of([&] { parse({"--no-such-flag", "1"}, cfg); }).find("--no-such-flag") != std::string::npos);

@@ -188,3 +188,17 @@ TEST_CASE("SIGINT to one rank is reported as that rank's, and every rank saves a
   CHECK(out.find("signal 15") == std::string::npos);
   CHECK(complete_steps(d / "ck").size() == 1);
 }
+
+TEST_CASE("an input file's bad field is named with the file") {
+  const fs::path d = work_dir() / "bad_meta";
+  fs::create_directories(d);
+  fs::copy_file(data_dir() / "train_000000.bin", d / "train_000000.bin", fs::copy_options::overwrite_existing);
+  const std::string train = "train --model tiny --steps 1 --threads 1 --data " + quote((d / "train_*.bin").string());
+  const std::string meta = (d / "meta.json").string();
+  std::ofstream(meta) << "{\"train_shards\": 5, \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_shards' is not a list of shard file names");
+  std::ofstream(meta) << "{\"train_shards\": [7], \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_shards' holds 7, not a shard file name");
+  std::ofstream(meta) << "{\"train_shards\": [\"train_000000.bin\"], \"train_tokens\": \"many\", \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_tokens' is \"many\", not a token count");
+}

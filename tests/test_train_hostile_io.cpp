@@ -90,6 +90,14 @@ TEST_CASE("an output over an input is refused before any work, however the path 
   CHECK(bytes_of(model) == model_before);
   Result sd = run(tiny_args("--steps 1 --save-dir " + quote(d.string())));
   CHECK(last_line(sd.output).find("save_dir: " + d.string() + " holds the data shard") != std::string::npos);
+  // Nor over the run's own checkpoints: one that a resume reads, or one a later save makes.
+  Result in_ck = run(tiny_args("--steps 2 --resume --save-dir " + quote(ck.string()) + " --metrics " +
+                               quote((ck / "step_00000001" / "model.bin").string())));
+  CHECK(last_line(in_ck.output).find("lies inside the checkpoint") != std::string::npos);
+  Result later = run(tiny_args("--steps 2 --resume --save-dir " + quote(ck.string()) + " --trace " +
+                               quote((ck / "step_00000002" / "t.json").string()) + " --trace-steps 1:2"));
+  CHECK(last_line(later.output).find("lies inside a checkpoint directory of save_dir") != std::string::npos);
+  CHECK(bytes_of(model) == model_before);
   // prepare: --out holding, being or inside an input; plot and bench-strategies likewise.
   const fs::path text = work_dir() / "text";
   Result p1 = run("prepare --input " + quote((d / "meta.json").string()) + " --out " + quote(d.string()));

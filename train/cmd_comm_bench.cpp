@@ -307,13 +307,6 @@ int run_comm_bench(int argc, char** argv) {
   const size_t max_b = parse_bytes(a.max_bytes, "--max-bytes");
   const size_t seg = parse_bytes(a.segment, "--segment-bytes");
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
-  // Flags the chosen backend never reads.
-  RZ_CHECK(a.comm != "mpi" || app.count("--nproc") == 0,
-           "--nproc: does nothing with --comm mpi (mpirun -np N starts the ranks)");
-  RZ_CHECK(a.comm == "ring" || app.count("--segment-bytes") == 0,
-           "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", a.comm.c_str());
-  RZ_CHECK(a.comm == "ring" || app.count("--transport") == 0,
-           "--transport: does nothing with --comm %s (mpi and nccl bring their own)", a.comm.c_str());
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;
   opts.backend = a.comm;
@@ -325,6 +318,13 @@ int run_comm_bench(int argc, char** argv) {
            "not as threads (drop --transport thread)");
   RZ_CHECK(a.comm != "nccl" || a.transport != "thread", "comm-bench: --comm nccl runs ranks as processes, one per "
            "GPU, not as threads (drop --transport thread)");
+  // Flags the chosen backend never reads.
+  RZ_CHECK(a.comm != "mpi" || app.count("--nproc") == 0,
+           "--nproc: does nothing with --comm mpi (mpirun -np N starts the ranks)");
+  RZ_CHECK(a.comm == "ring" || app.count("--segment-bytes") == 0,
+           "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", a.comm.c_str());
+  RZ_CHECK(a.comm == "ring" || app.count("--transport") == 0,
+           "--transport: does nothing with --comm %s (mpi and nccl bring their own)", a.comm.c_str());
   const Device device = parse_device(a.device);
   RZ_CHECK(device.is_cpu() || a.comm != "mpi",
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());

@@ -461,6 +461,8 @@ void validate_config(const TrainConfig& c) {
   RZ_CHECK(c.nnodes == 1 || c.master_port > 0,
            "master_port: a multi-node job needs an explicit port (every node must use the same one)");
   RZ_CHECK(!c.resuming() || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
+  RZ_CHECK(c.comm_timeout <= kMaxCommTimeoutS, "comm_timeout: expected at most %g seconds (11 days), found %g",
+           kMaxCommTimeoutS, c.comm_timeout);
   RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
   RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");

@@ -6,6 +6,9 @@
 
 #include "base/check.h"
 #include "data/loader.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
 
 namespace rz {
 
@@ -43,8 +46,26 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
 }
 
 void check_train_paths(const TrainConfig& cfg) {
-  check_run_outputs({{"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}},
-                    {{"save_dir", cfg.save_dir}}, train_inputs(cfg));
+  const std::vector<RunPath> files = {
+      {"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}};
+  check_run_outputs(files, {{"save_dir", cfg.save_dir}}, train_inputs(cfg));
+  // Nor inside one of save_dir's checkpoints (a resume reads it; pruning deletes it): those
+  // directories are the run's own, so they are inputs of this second check only.
+  std::vector<RunPath> checkpoints;
+  if (!cfg.save_dir.empty())
+    for (const std::string& d : list_step_dirs(cfg.save_dir)) checkpoints.push_back({"the checkpoint", d});
+  check_run_outputs(files, {}, checkpoints);
+  // ... including one a later save will make (save_dir/step_NNNNNNNN/ not there yet).
+  if (cfg.save_dir.empty()) return;
+  std::error_code ec;
+  const fs::path save = fs::weakly_canonical(cfg.save_dir, ec);
+  for (const RunPath& f : files) {
+    if (f.path.empty()) continue;
+    const fs::path parent = fs::weakly_canonical(f.path, ec).parent_path();
+    RZ_CHECK(!parse_step_dir_name(parent.filename().string()) || parent.parent_path() != save,
+             "%s: %s lies inside a checkpoint directory of save_dir %s, which saves write and pruning deletes; "
+             "write it elsewhere", f.what.c_str(), f.path.c_str(), cfg.save_dir.c_str());
+  }
 }
 
 }  // namespace rz
