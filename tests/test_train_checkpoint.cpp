@@ -251,3 +251,15 @@ TEST_CASE("a manifest names only a checkpoint's own files, and a bad field by it
   CHECK(with("{}", "\"precision\":\"fp32\"") == complete + ": no \"strategy\" field");
   CHECK(with("[]") == complete + ": \"files\" is not an object of name -> {bytes, fnv64}");
 }
+
+TEST_CASE("a re-save of a step removes the temporaries a killed save left, and nothing else") {
+  const fs::path dir = fresh_dir("stale_tmp") / "step_00000004";
+  fs::create_directories(dir);
+  for (const char* name : {"model.bin.tmp.99", "rank_00001.state.tmp.5", "COMPLETE.tmp.7", "notes.tmp.3", "model.bin"})
+    std::ofstream(dir / name) << "x";
+  remove_stale_temporaries(dir.string());
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"model.bin", "notes.tmp.3"});
+}

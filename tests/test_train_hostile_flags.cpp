@@ -116,6 +116,13 @@ TEST_CASE("options that would do nothing are refused with the reason") {
       {"bench-strategies --trace-steps 1:2", "--trace-steps: does nothing without --trace"},
   };
   for (const auto& c : cases) check_one_line_error(run(c.args, 30), c.want);
+  // Shards without a tokenizer.bin beside them: a sample could not be decoded.
+  const fs::path bare = work_dir() / "bare_shards";
+  fs::create_directories(bare);
+  fs::copy_file(data_dir() / "train_000000.bin", bare / "train_000000.bin", fs::copy_options::overwrite_existing);
+  check_one_line_error(run("train --model tiny --steps 1 --threads 1 --sample-every 1 --data " +
+                           quote((bare / "train_*.bin").string())),
+                       "sample_every: does nothing without a tokenizer");
 }
 
 TEST_CASE("non-finite numbers and out-of-range seeds are refused wherever a number is read") {

@@ -258,3 +258,34 @@ TEST_CASE("a file-size limit is an error naming each rank's file and reason, wit
     CHECK(e.path().filename().string().rfind(".fsize_prep.prepare.", 0) != 0);
   CHECK(temporaries(out).empty());
 }
+
+TEST_CASE("a full file system is an error naming the file, with no temporary left") {
+  // A 1 MiB tmpfs in a user and mount namespace (no root needed where user namespaces are
+  // allowed): two ranks' 750 KB optimizer shards do not fit.
+  const fs::path mnt = work_dir() / "small_fs";
+  fs::create_directories(mnt);
+  const std::string inner = "mount -t tmpfs -o size=1m none " + quote(mnt.string()) + " || exit 99; timeout -k 5 120 " +
+                            quote(RINGZERO_BINARY) + " " +
+                            tiny_args("--nproc-per-node 2 --transport tcp --strategy zero2 --steps 2 --save-dir " +
+                                      quote((mnt / "ck").string())) +
+                            "; echo \"ringzero exited $?\"; ls -R " + quote(mnt.string());
+  std::string quoted;  // inner as one single-quoted sh argument
+  for (char c : inner) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  FILE* p = popen(("unshare -rm sh -c '" + quoted + "' 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) output.append(buf, n);
+  const int st = pclose(p);
+  const int status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (status == 99 || output.find("unshare") != std::string::npos) {
+    WARN("skipped: no user and mount namespace here for a small tmpfs (the file-size limit case covers the writes)");
+    return;
+  }
+  INFO(output);
+  CHECK(output.find("ringzero exited 1") != std::string::npos);
+  CHECK(output.find("No space left on device") != std::string::npos);
+  CHECK(output.find("could not be saved") != std::string::npos);
+  CHECK(output.find(".tmp.") == std::string::npos);  // ls -R of the file system after the run
+  CHECK(output.find("COMPLETE") == std::string::npos);
+}

@@ -352,19 +352,26 @@ bool starts_with_bytes(const fs::path& p, const void* magic, size_t n) {
 // rank_NNNNN.state, or the temporary "<one of those>.tmp.<pid>" AtomicFile writes first.
 // A file under a real name must also be listed in the manifest, or (an interrupted save,
 // no manifest) start with its format's magic.
-bool written_by_save(const fs::path& file, const std::string& name, const std::set<std::string>& listed) {
-  std::string base = name;
-  bool tmp = false;
-  if (const size_t t = name.rfind(".tmp."); t != std::string::npos && t + 5 < name.size() &&
-                                            name.find_first_not_of("0123456789", t + 5) == std::string::npos) {
-    base = name.substr(0, t);
-    tmp = true;
-  }
+// "model.bin", "rank_NNNNN.state" or "COMPLETE", the names a save writes (no temporary suffix).
+bool save_file_name(const std::string& base) {
   int r = 0;
-  const bool rank_file = base.size() == 16 && std::sscanf(base.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
-                         base == rank_state_name(r);
-  if (base != "COMPLETE" && base != "model.bin" && !rank_file) return false;
-  if (tmp || base == "COMPLETE" || listed.count(base) > 0) return true;
+  return base == "COMPLETE" || base == "model.bin" ||
+         (base.size() == 16 && std::sscanf(base.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
+          base == rank_state_name(r));
+}
+
+// "<save file name>.tmp.<pid>": what AtomicFile writes before its rename.
+bool save_temporary_name(const std::string& name) {
+  const size_t t = name.rfind(".tmp.");
+  return t != std::string::npos && t + 5 < name.size() &&
+         name.find_first_not_of("0123456789", t + 5) == std::string::npos && save_file_name(name.substr(0, t));
+}
+
+bool written_by_save(const fs::path& file, const std::string& name, const std::set<std::string>& listed) {
+  if (save_temporary_name(name)) return true;
+  const std::string& base = name;
+  if (!save_file_name(base)) return false;
+  if (base == "COMPLETE" || listed.count(base) > 0) return true;
   if (base == "model.bin") {
     const int32_t magic = kModelMagic;
     return starts_with_bytes(file, &magic, sizeof(magic));
@@ -373,6 +380,15 @@ bool written_by_save(const fs::path& file, const std::string& name, const std::s
 }
 
 }  // namespace
+
+void remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code fec;
+    if (e.symlink_status(fec).type() == fs::file_type::regular && save_temporary_name(e.path().filename().string()))
+      fs::remove(e.path(), fec);
+  }
+}
 
 std::vector<std::string> remove_checkpoint_dir(const std::string& dir) {
   std::vector<std::string> left;

@@ -116,6 +116,10 @@ std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const st
 // left (anything else: a user's file, a subdirectory, a link), for the caller's warning.
 std::vector<std::string> remove_checkpoint_dir(const std::string& dir);
 
+// Before a save into dir (an interrupted save of the same step, resumed): removes the
+// "<name>.tmp.<pid>" files a killed writer left, so none ends up inside the checkpoint.
+void remove_stale_temporaries(const std::string& dir);
+
 // Rank 0: removes (as remove_checkpoint_dir) all but the newest `keep` complete checkpoints
 // (keep 0: none) and any interrupted save older than the newest complete one. Returns what
 // was left.

@@ -161,6 +161,9 @@ void Trainer::setup() {
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
   // on every rank instead of leaving the others waiting.
   tok_ = resolve_tokenizer(cfg_);
+  RZ_CHECK(tok_ != nullptr || cfg_.sample_every == 0,
+           "sample_every: does nothing without a tokenizer to decode the samples (give --tokenizer, or the "
+           "tokenizer.bin `ringzero prepare` writes beside the shards)");
   std::optional<ModelFile> init;
   if (!cfg_.init.empty()) {
     init = read_model_header(cfg_.init);  // the parameters are streamed in below
@@ -384,6 +387,7 @@ bool Trainer::save(int step) {
                kind.c_str());
       fs::create_directories(dir);
       fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
+      remove_stale_temporaries(dir);           // an earlier save of this step killed midway
     });
   if (all_ok()) attempt([&] { write_rank_files(dir, step); });
   if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
@@ -501,8 +505,6 @@ int Trainer::run() {
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
       std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
-    if (tok_ == nullptr && cfg_.sample_every > 0)
-      std::printf("note: no tokenizer (no --tokenizer and no tokenizer.bin beside the data): no samples\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
   }
