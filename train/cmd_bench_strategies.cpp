@@ -250,6 +250,9 @@ int run_bench_strategies(int argc, char** argv) {
                                                   "(default: the first three timed steps)");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
+  RZ_CHECK(buckets_in_flight_opt->count() == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
+           a.strategy.c_str());
   if (!a.trace.empty()) {  // no timeline over the config or over anything but a regular file
     std::vector<RunPath> outs;
     for (const std::string& k : strategy_names()) outs.push_back({"--trace", trace_path_for(a.trace, k)});

@@ -162,6 +162,9 @@ int run_memory(int argc, char** argv) {
       RZ_CHECK(app.count(flag) == 0,
                "%s: does nothing with a bare --params count, which gives the model states only (give a model shape: "
                "--model or --layers/--channels/...)", flag);
+  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
+           a.strategy.c_str());
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
   const Precision prec = parse_precision(a.precision);
   std::vector<StrategyKind> kinds;
