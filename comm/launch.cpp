@@ -170,9 +170,11 @@ std::chrono::steady_clock::duration seconds(double s) {
 
 // Until every child has exited. A rank that fails stops everyone: SIGTERM at once, SIGKILL
 // after stop_grace_s. A rank that stopped after a signal (a training rank's agreed stop:
-// every rank saves and exits after the same step) leaves its peers stop_grace_s to exit by
-// themselves first. A stop signal to the launcher is passed on as SIGTERM with
-// signal_grace_s to save; a second one kills at once.
+// every rank saves and exits after the same step), or one that failed only because a peer
+// went away, leaves the others stop_grace_s to exit by themselves first: the peer that
+// went away is still unwinding and about to print the error that says why. A stop signal
+// to the launcher is passed on as SIGTERM with signal_grace_s to save; a second one kills
+// at once.
 void watch_children(std::vector<Child>& children, const LaunchOptions& opts) {
   enum class Phase { running, waiting, terminating, killed } phase = Phase::running;
   auto deadline = std::chrono::steady_clock::time_point::max();
@@ -186,16 +188,17 @@ void watch_children(std::vector<Child>& children, const LaunchOptions& opts) {
   for (;;) {
     pump_stderr(children, 50);
     const int running = reap(children);
-    bool failed = false, stopped = false;
+    bool failed = false, waits = false;  // a failure of its own; a stop or a knock-on failure
     for (const Child& c : children)
-      if (!c.running && c.status != 0) (c.stopped_after_signal() ? stopped : failed) = true;
+      if (!c.running && c.status != 0)
+        (c.stopped_after_signal() || looks_like_knock_on(c.last_line) ? waits : failed) = true;
     const bool late = std::chrono::steady_clock::now() > deadline;
     if (phase == Phase::running || phase == Phase::waiting) {
       if (g_stop_signal != 0) {
         terminate(opts.signal_grace_s);
       } else if (failed || (phase == Phase::waiting && late)) {
         terminate(opts.stop_grace_s);
-      } else if (stopped && phase == Phase::running) {
+      } else if (waits && phase == Phase::running) {
         phase = Phase::waiting;
         deadline = std::chrono::steady_clock::now() + seconds(opts.stop_grace_s);
       }

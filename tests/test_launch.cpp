@@ -69,6 +69,19 @@ TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 
   CHECK(status == 7);
 }
 
+TEST_CASE("a knock-on failure first leaves the failing rank time to say why") {
+  LaunchOptions opts;
+  opts.nproc_per_node = 2;
+  opts.stop_grace_s = 3.0;
+  // Rank 1 sees its peer go away at once; rank 0, still unwinding, names the cause a moment
+  // later. SIGTERM at rank 1's exit would have killed rank 0 before it said anything.
+  int status = launch_local_ranks(
+      sh("if [ \"$RANK\" = 1 ]; then echo 'rendezvous: the store closed the connection' >&2; exit 1; fi; "
+         "sleep 1; echo '/dev/shm is full' >&2; exit 5"),
+      opts);
+  CHECK(status == 5);
+}
+
 TEST_CASE("ranks get a job nonce and their own process group") {
   char dir[] = "/tmp/rz_launch_XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
