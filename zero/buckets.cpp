@@ -9,7 +9,9 @@
 namespace rz {
 
 void check_bucket_mb(double bucket_mb) {
-  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0, "expected a bucket size in MiB > 0, found %g", bucket_mb);
+  // Past 1 TiB every model is one bucket; the bound keeps the element count in range.
+  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0 && bucket_mb <= 1048576.0,
+           "expected a bucket size in MiB > 0, found %g (at most 1048576: 1 TiB)", bucket_mb);
 }
 
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
