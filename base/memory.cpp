@@ -1,5 +1,6 @@
 #include "base/memory.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -82,10 +83,20 @@ void register_device_allocator(DeviceKind kind, DeviceAllocator a) {
   g_allocators[static_cast<int>(kind)] = a;
 }
 
+size_t checked_bytes(size_t count, size_t elem_bytes, MemTag tag) {
+  size_t bytes = 0;
+  RZ_CHECK(!__builtin_mul_overflow(count, elem_bytes, &bytes),
+           "cannot allocate %zu elements of %zu bytes for %s: the size does not fit in 64 bits", count, elem_bytes,
+           mem_tag_name(tag));
+  return bytes;
+}
+
 void* tracked_alloc(MemTag tag, size_t bytes, Device dev) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   if (dev.is_cpu()) {
+    RZ_CHECK(bytes <= SIZE_MAX - 63, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),
+             mem_tag_name(tag));
     size_t rounded = (bytes + 63) / 64 * 64;
     p = std::aligned_alloc(64, rounded);
     RZ_CHECK(p != nullptr, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),

@@ -20,6 +20,8 @@
 #include <string>
 #include <utility>
 
+#include "base/check.h"
+
 namespace rz {
 
 enum class MemTag : int { params, grads, master, adam_m, adam_v, activations, comm, workspace };
@@ -134,12 +136,30 @@ void tracked_free(MemTag tag, void* p, size_t bytes, Device dev = {});
 void* tracked_alloc_shared(MemTag tag, size_t bytes);
 void tracked_free_shared(MemTag tag, void* p, size_t bytes);
 
+std::string format_bytes(double bytes);  // "1.50 MiB"
+
+// count elements of elem_bytes each, or an rz::Error naming the tag when the byte count
+// does not fit in size_t (a size computed from crafted or huge numbers).
+size_t checked_bytes(size_t count, size_t elem_bytes, MemTag tag);
+
+// v.resize(n), or an rz::Error "out of memory allocating 12.00 GiB for WHAT" instead of a
+// bare std::bad_alloc (or std::length_error) from deep inside the library.
+template <typename V>
+void resize_or_fail(V& v, size_t n, const char* what) {
+  try {
+    v.resize(n);
+  } catch (const std::exception&) {  // std::bad_alloc, std::length_error
+    fail(strfmt("out of memory allocating %s for %s (%zu elements)",
+                format_bytes(static_cast<double>(n) * sizeof(typename V::value_type)).c_str(), what, n));
+  }
+}
+
 template <typename T>
 void Buffer<T>::allocate(MemTag tag, size_t count, Device dev) {
   release();
   tag_ = tag;
   device_ = dev;
-  data_ = static_cast<T*>(tracked_alloc(tag, count * sizeof(T), dev));
+  data_ = static_cast<T*>(tracked_alloc(tag, checked_bytes(count, sizeof(T), tag), dev));
   count_ = count;
 }
 
@@ -148,7 +168,7 @@ void Buffer<T>::allocate_shared(MemTag tag, size_t count) {
   release();
   tag_ = tag;
   device_ = Device{};
-  data_ = static_cast<T*>(tracked_alloc_shared(tag, count * sizeof(T)));
+  data_ = static_cast<T*>(tracked_alloc_shared(tag, checked_bytes(count, sizeof(T), tag)));
   count_ = count;
   shared_ = true;
 }

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 
 namespace rz {
 namespace {
@@ -45,6 +47,33 @@ void register_stop_cleanup(void (*fn)()) {
   if (i >= 8) return;
   g_cleanups[i].store(fn);
   g_ncleanups.store(i + 1);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sig > 0 ? sigabbrev_np(sig) : nullptr;
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+namespace {
+constexpr const char* kNoticeFormat = "ringzero: rank %d received %s (signal %d); every rank stops after this step";
+}  // namespace
+
+std::string stop_notice(int rank, int sig) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), kNoticeFormat, rank, signal_name(sig).c_str(), sig);
+  return buf;
+}
+
+bool parse_stop_notice(const std::string& line, int* rank, int* sig) {
+  int r = -1, s = -1, used = 0;
+  char name[32];
+  if (std::sscanf(line.c_str(), "ringzero: rank %d received %31s (signal %d); every rank stops after this step%n", &r,
+                  name, &s, &used) != 3 ||
+      used != static_cast<int>(line.size()) || r < 0 || s <= 0 || line != stop_notice(r, s))
+    return false;
+  *rank = r;
+  *sig = s;
+  return true;
 }
 
 }  // namespace rz

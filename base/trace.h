@@ -11,6 +11,7 @@
 // Counters (the "overlap %" of a step) are their own rows under the rank.
 //
 // Cost when no window is open: every marker is one relaxed atomic load and a branch.
+// On GPU ranks the compute track is device time (DeviceClock below).
 // Events carry the rank they belong to, so ranks that are threads of one process (the
 // thread transport) keep separate rows: a thread says which rank it works for with
 // set_thread_rank(); the comm path passes its rank explicitly.
@@ -54,20 +55,67 @@ void span(int rank, Track track, const std::string& name, double ts_us, double d
 // A counter sample: the row `name` of `rank` takes `value` at ts_us.
 void counter(int rank, const std::string& name, double ts_us, double value);
 
+// --- device time (GPU ranks). A GPU runs the work the host queues later than the host
+// queues it, so host timestamps would show when work was enqueued. A backend whose ops are
+// asynchronous supplies a DeviceClock (Backend::trace_clock, kernels/backend.h); while one
+// is set for a rank, stamp() queues a timestamp on the device (a CUDA event on the compute
+// stream) instead of reading the host clock, so Scope spans and train/timeline's step spans
+// cover when the device ran the work they enclose. resolve() turns the stamps into this
+// clock's microseconds (origin: the moment start() found the device idle); train/timeline
+// calls it at the end of every traced step, and rank_events_json before writing. A rank
+// without a clock (every CPU rank) records host time exactly as before. Comm-track spans
+// stay host time (the ring's comm thread waits for its copies; NCCL's are enqueue times).
+class DeviceClock {
+ public:
+  virtual ~DeviceClock() = default;
+  // Waits until the device has finished all queued work and makes that moment zero.
+  virtual void set_origin() = 0;
+  // Queues a timestamp after the work queued so far; returns its ticket (0, 1, 2, ...
+  // since the last recycle()).
+  virtual uint64_t stamp() = 0;
+  // Microseconds from the origin to the ticket's timestamp; waits for the device to reach it.
+  virtual double since_origin_us(uint64_t ticket) = 0;
+  // Every ticket so far was resolved: the next stamp() may reuse their resources.
+  virtual void recycle() = 0;
+};
+
+// The clock `rank` stamps with (null: host time). Setting one while a window is open sets
+// its origin then; clearing one first resolves its pending stamps. The clock must outlive
+// its registration, or call forget_device_clock() as it dies.
+void set_device_clock(int rank, DeviceClock* clock);
+// Drops every registration of `clock` and the events still waiting for its stamps.
+void forget_device_clock(DeviceClock* clock);
+
+// A moment on a rank's timeline: host microseconds, or a device ticket not yet resolved.
+struct Stamp {
+  double host_us = 0;
+  int64_t ticket = -1;  // >= 0: a stamp of the rank's DeviceClock
+};
+// A device stamp when `rank` has a clock, else now_us(). Each stamp goes into exactly one
+// span (as one of its ends) or one counter: the clock recycles tickets once every stamp
+// given out is in an event and resolved.
+Stamp stamp(int rank);
+void span(int rank, Track track, const std::string& name, Stamp begin, Stamp end, const std::string& args_json = {});
+void counter(int rank, const std::string& name, Stamp at, double value);
+// Resolves every device stamp recorded so far (waiting for the devices to reach them), then
+// recycles the clocks' tickets.
+void resolve();
+
 // One rank's recorded events as comma-separated JSON objects (no brackets), for merging.
 std::string rank_events_json(int rank);
 // How many spans of `rank` on `track` were recorded since start() (tests and checks).
 size_t count_spans(int rank, Track track);
 
-// Records a span on the compute track from construction to destruction. `index` >= 0 is
-// appended to the name ("backward layer 3"). name must outlive the scope (a literal).
+// Records a span on the compute track from construction to destruction (device time on a
+// rank with a DeviceClock). `index` >= 0 is appended to the name ("backward layer 3").
+// name must outlive the scope (a literal).
 class Scope {
  public:
   explicit Scope(const char* name, int index = -1) {
     if (enabled()) {
       name_ = name;
       index_ = index;
-      t0_ = now_us();
+      t0_ = stamp(thread_rank());
     }
   }
   ~Scope() {
@@ -80,7 +128,7 @@ class Scope {
   void finish();
   const char* name_ = nullptr;
   int index_ = -1;
-  double t0_ = 0;
+  Stamp t0_;
 };
 
 // Escapes a string for a JSON string literal (without the quotes).

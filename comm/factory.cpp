@@ -174,9 +174,11 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
   if (env.world_size == 1)
     return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
   RZ_CHECK(!env.job_token.empty(),
-           "RINGZERO_JOB_TOKEN is not set: every rank must present the same job token to the rendezvous store "
+           "RINGZERO_JOB_TOKEN is not set: every rank must know the same job token to join the rendezvous store "
            "(ringzero's launcher sets it; with torchrun or srun export one random value to all ranks)");
-  RZ_CHECK(env.job_token.size() <= 63, "RINGZERO_JOB_TOKEN: expected at most 63 characters, found %zu",
+  // The token is an HMAC key (comm/job_auth.h), never sent: any length works; the bound only
+  // keeps a pasted file out.
+  RZ_CHECK(env.job_token.size() <= 1024, "RINGZERO_JOB_TOKEN: expected at most 1024 characters, found %zu",
            env.job_token.size());
 
   // The store listens on the master address only (a loopback job stays off the network).

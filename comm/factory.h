@@ -17,10 +17,13 @@ inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
 // NCCL (GPU ranks, device buffers; comm/nccl_communicator.h).
 inline constexpr const char* kCommBackends[] = {"ring", "mpi", "nccl"};
 
+// The longest a wait may be told to last (11.6 days): every wait keeps a finite deadline.
+inline constexpr double kMaxCommTimeoutS = 1e6;
+
 struct CommOptions {
   std::string backend = "ring";     // one of kCommBackends: ring (ringzero's own collectives) | mpi (under mpirun) | nccl (GPU ranks)
   std::string transport = "auto";   // one of kProcessTransports, or thread
-  double timeout_s = 300.0;         // bound on every wait; env RINGZERO_COMM_TIMEOUT overrides the default
+  double timeout_s = 300.0;         // bound on every wait (at most kMaxCommTimeoutS); env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
   int cuda_device = -1;             // nccl, ring with device_buffers: the GPU of this rank; -1: local rank modulo the visible GPUs

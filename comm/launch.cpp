@@ -16,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "base/check.h"
+#include "base/stop_signal.h"
 #include "comm/socket.h"
 
 namespace rz {
@@ -40,17 +42,26 @@ struct Child {
   std::string last_line;  // last complete stderr line (its error, if it failed)
   bool running = true;
   int status = 0;         // exit code, or 128 + signal
+  int killed_by = 0;      // the signal that ended it (0: it exited)
+  int received = 0;       // the signal its stop notice says reached it (base/stop_signal.h)
+  bool signalled_by_launcher = false;  // the launcher sent it SIGTERM or SIGKILL before it ended
+  // It exited 128 + SIGINT/SIGTERM by itself: a training rank's stop after a signal, which
+  // reached it (received) or another rank.
+  bool stopped_after_signal() const {
+    return killed_by == 0 && (status == 128 + SIGINT || status == 128 + SIGTERM);
+  }
 };
 
-int decode_status(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return 1;
+void decode_status(Child& c, int wstatus) {
+  c.killed_by = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
+  c.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : c.killed_by > 0 ? 128 + c.killed_by : 1;
 }
 
-std::string describe_status(int status) {
-  if (status > 128) return strfmt("was killed by signal %d (%s)", status - 128, strsignal(status - 128));
-  return strfmt("exited with status %d", status);
+std::string describe_status(const Child& c) {
+  if (c.killed_by > 0) return strfmt("was killed by %s (%s)", signal_name(c.killed_by).c_str(), strsignal(c.killed_by));
+  if (c.received > 0 && c.stopped_after_signal())
+    return strfmt("received %s and stopped after its step", signal_name(c.received).c_str());
+  return strfmt("exited with status %d", c.status);
 }
 
 // Echo complete lines of a child's stderr with a rank prefix; keep the last one.
@@ -74,6 +85,11 @@ void drain_stderr(Child& c, bool flush_partial) {
   size_t start = 0;
   for (size_t nl; (nl = c.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
     std::string line = c.pending.substr(start, nl - start);
+    int notice_rank = -1, sig = 0;
+    if (parse_stop_notice(line, &notice_rank, &sig) && notice_rank == c.rank) {
+      c.received = sig;
+      if (g_stop_signal != 0) continue;  // the launcher passed the signal on itself: it says so once
+    }
     std::fprintf(stderr, "[rank %d] %s\n", c.rank, line.c_str());
     if (!line.empty()) c.last_line = line;
   }
@@ -87,7 +103,10 @@ void drain_stderr(Child& c, bool flush_partial) {
 
 void signal_running(std::vector<Child>& children, int sig) {
   for (auto& c : children)
-    if (c.running) kill(c.pid, sig);
+    if (c.running) {
+      kill(c.pid, sig);
+      c.signalled_by_launcher = true;
+    }
 }
 
 // Reap every child that has exited; returns how many are still running. Children seen
@@ -102,7 +121,7 @@ int reap(std::vector<Child>& children) {
     pid_t r = waitpid(c.pid, &wstatus, WNOHANG);
     if (r == c.pid) {
       c.running = false;
-      c.status = decode_status(wstatus);
+      decode_status(c, wstatus);
       c.exit_order = pass;
       drain_stderr(c, true);
     } else {
@@ -145,6 +164,104 @@ std::vector<char*> as_c_strings(std::vector<std::string>& v) {
   return out;
 }
 
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::milliseconds(static_cast<long>(s * 1000));
+}
+
+// Until every child has exited. A rank that fails stops everyone: SIGTERM at once, SIGKILL
+// after stop_grace_s. A rank that stopped after a signal (a training rank's agreed stop:
+// every rank saves and exits after the same step), or one that failed only because a peer
+// went away, leaves the others stop_grace_s to exit by themselves first: the peer that
+// went away is still unwinding and about to print the error that says why. A stop signal
+// to the launcher is passed on as SIGTERM with signal_grace_s to save; a second one kills
+// at once.
+void watch_children(std::vector<Child>& children, const LaunchOptions& opts) {
+  enum class Phase { running, waiting, terminating, killed } phase = Phase::running;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  int stop_signals_seen = 0;
+  auto terminate = [&](double grace) {
+    signal_running(children, SIGTERM);
+    phase = Phase::terminating;
+    deadline = std::chrono::steady_clock::now() + seconds(grace);
+    stop_signals_seen = g_stop_count;
+  };
+  for (;;) {
+    pump_stderr(children, 50);
+    const int running = reap(children);
+    bool failed = false, waits = false;  // a failure of its own; a stop or a knock-on failure
+    for (const Child& c : children)
+      if (!c.running && c.status != 0)
+        (c.stopped_after_signal() || looks_like_knock_on(c.last_line) ? waits : failed) = true;
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    if (phase == Phase::running || phase == Phase::waiting) {
+      if (g_stop_signal != 0) {
+        terminate(opts.signal_grace_s);
+      } else if (failed || (phase == Phase::waiting && late)) {
+        terminate(opts.stop_grace_s);
+      } else if (waits && phase == Phase::running) {
+        phase = Phase::waiting;
+        deadline = std::chrono::steady_clock::now() + seconds(opts.stop_grace_s);
+      }
+    } else if (phase == Phase::terminating && (late || g_stop_count > stop_signals_seen)) {
+      signal_running(children, SIGKILL);  // the grace period is over, or the user asked twice
+      phase = Phase::killed;
+    }
+    if (running == 0) break;
+  }
+  for (auto& c : children) drain_stderr(c, true);
+}
+
+std::string rank_list(const std::vector<const Child*>& v) {
+  std::string out;
+  for (const Child* c : v) out += strfmt("%s%d", out.empty() ? "" : ", ", c->rank);
+  return out;
+}
+
+// One line on what happened, and the launcher's exit status: the rank that failed on its
+// own (not one the launcher stopped, not a knock-on of a peer going away, the earliest),
+// else the signal the launcher passed on, else the signal a rank received and every rank
+// stopped after.
+int report_children(const std::vector<Child>& children) {
+  const Child* failed = nullptr;
+  auto key = [](const Child& c) { return std::tuple(looks_like_knock_on(c.last_line), c.exit_order, c.rank); };
+  std::vector<const Child*> stopped_by_launcher, received;
+  for (const Child& c : children) {
+    if (c.status != 0 && c.signalled_by_launcher) stopped_by_launcher.push_back(&c);
+    if (c.received > 0) received.push_back(&c);
+    if (c.status == 0 || c.stopped_after_signal() || c.signalled_by_launcher) continue;
+    if (failed == nullptr || key(c) < key(*failed)) failed = &c;
+  }
+  if (failed != nullptr) {
+    std::fprintf(stderr, "ringzero: rank %d %s; %s%s%s\n", failed->rank, describe_status(*failed).c_str(),
+                 stopped_by_launcher.empty() ? "the other ranks ended too" : "the launcher stopped the other ranks",
+                 failed->last_line.empty() ? "" : ". Its error: ", failed->last_line.c_str());
+    return failed->status;
+  }
+  if (g_stop_signal != 0) {
+    const bool killed = std::any_of(children.begin(), children.end(), [](const Child& c) { return c.killed_by == SIGKILL; });
+    std::fprintf(stderr, "ringzero: interrupted by %s; passed it on to every rank as SIGTERM: they %s\n",
+                 signal_name(g_stop_signal).c_str(),
+                 killed ? "stopped, some killed before they could save" : "finished their step and stopped");
+    return 128 + g_stop_signal;
+  }
+  const auto stopped = std::find_if(children.begin(), children.end(), [](const Child& c) { return c.stopped_after_signal(); });
+  if (stopped == children.end()) return 0;
+  const std::string late = stopped_by_launcher.empty()
+                               ? std::string()
+                               : strfmt("; the launcher stopped rank %s, which had not exited",
+                                        rank_list(stopped_by_launcher).c_str());
+  if (received.empty()) {
+    std::fprintf(stderr, "ringzero: rank %d stopped after a signal (exit status %d)%s\n", stopped->rank,
+                 stopped->status, late.c_str());
+    return stopped->status;
+  }
+  std::string who;
+  for (const Child* c : received)
+    who += strfmt("%srank %d received %s", who.empty() ? "" : ", ", c->rank, signal_name(c->received).c_str());
+  std::fprintf(stderr, "ringzero: %s; every rank finished its step and stopped%s\n", who.c_str(), late.c_str());
+  return 128 + received[0]->received;
+}
+
 }  // namespace
 
 bool launched_by_ringzero() {
@@ -160,10 +277,10 @@ std::string self_executable() {
   return path;
 }
 
-int pick_free_port() {
+int pick_free_port(const std::string& host) {
   // The kernel picks the port; the socket is closed again at once, so the port is only
   // known to have been free a moment ago.
-  return Socket::listen_on(0, "launcher: finding a free port").local_port();
+  return Socket::listen_on(0, "launcher: finding a free port", host).local_port();
 }
 
 std::string random_job_token() {
@@ -195,7 +312,7 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
     RZ_CHECK(!token.empty(),
              "set RINGZERO_JOB_TOKEN to the same secret on every node when --nnodes is %d", opts.nnodes);
   } else {
-    if (port == 0) port = pick_free_port();
+    if (port == 0) port = pick_free_port(opts.master_addr);
     if (token.empty()) token = random_job_token();
   }
   const int world = opts.nnodes * opts.nproc_per_node;
@@ -259,62 +376,10 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
     c.err_fd = pipefd[0];
   }
 
-  // Watch: the first failure (or a stop signal) stops everyone.
-  int first_failed = -1;
-  bool stopping = false;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  bool killed = false;
-  int stop_signals_seen = 0;
-  for (;;) {
-    pump_stderr(children, 50);
-    int running = reap(children);
-    if (!stopping) {
-      // The earliest failure; among ranks seen in the same reap, one that failed on its own
-      // before one that only saw a peer go away.
-      for (size_t i = 0; i < children.size(); ++i) {
-        const Child& c = children[i];
-        if (c.running || c.status == 0) continue;
-        if (first_failed < 0) {
-          first_failed = static_cast<int>(i);
-          continue;
-        }
-        const Child& f = children[static_cast<size_t>(first_failed)];
-        if (c.exit_order < f.exit_order ||
-            (looks_like_knock_on(f.last_line) && !looks_like_knock_on(c.last_line)))
-          first_failed = static_cast<int>(i);
-      }
-      if (first_failed >= 0 || g_stop_signal != 0) {
-        stopping = true;
-        signal_running(children, SIGTERM);
-        // A stop signal gives the ranks time to finish their step and save a checkpoint.
-        const double grace = first_failed >= 0 ? opts.stop_grace_s : opts.signal_grace_s;
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(grace * 1000));
-        stop_signals_seen = g_stop_count;
-      }
-    } else if (!killed && (std::chrono::steady_clock::now() > stop_deadline || g_stop_count > stop_signals_seen)) {
-      // The grace period is over, or the user asked twice.
-      signal_running(children, SIGKILL);
-      killed = true;
-    }
-    if (running == 0) break;
-  }
-  for (auto& c : children) drain_stderr(c, true);
+  watch_children(children, opts);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-
-  if (first_failed >= 0) {
-    const Child& c = children[static_cast<size_t>(first_failed)];
-    std::fprintf(stderr, "ringzero: rank %d %s; stopped the other ranks%s%s\n", c.rank,
-                 describe_status(c.status).c_str(), c.last_line.empty() ? "" : ". Its error: ",
-                 c.last_line.c_str());
-    return c.status;
-  }
-  if (g_stop_signal != 0) {
-    std::fprintf(stderr, "ringzero: interrupted (signal %d, %s); stopped all ranks%s\n", static_cast<int>(g_stop_signal),
-                 strsignal(g_stop_signal), killed ? " (some were killed before they could save)" : "");
-    return 128 + g_stop_signal;
-  }
-  return 0;
+  return report_children(children);
 }
 
 }  // namespace rz

@@ -45,8 +45,9 @@ bool launched_by_ringzero();
 // Path of the running executable (/proc/self/exe).
 std::string self_executable();
 
-// A TCP port that was free (on every interface) a moment ago.
-int pick_free_port();
+// A TCP port that was free on host's address a moment ago (found by binding that address
+// only: a loopback job never listens on every interface, not even for this).
+int pick_free_port(const std::string& host = "127.0.0.1");
 
 // 32 hex characters from /dev/urandom.
 std::string random_job_token();

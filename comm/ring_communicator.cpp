@@ -1,6 +1,7 @@
 // comm/ring_communicator.cpp: issue order, async work, errors and stats around the ring.
 #include "comm/ring_communicator.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <exception>
 
@@ -41,7 +42,8 @@ CommOptions resolve_comm_options(const CommOptions& opts) {
   if (const char* t = std::getenv("RINGZERO_COMM_TIMEOUT"); t != nullptr && *t != 0 && o.timeout_s == CommOptions{}.timeout_s) {
     char* end = nullptr;
     double v = std::strtod(t, &end);
-    RZ_CHECK(end != t && *end == 0 && v > 0, "RINGZERO_COMM_TIMEOUT: expected a positive number of seconds, found '%s'", t);
+    RZ_CHECK(end != t && *end == 0 && std::isfinite(v) && v > 0,
+             "RINGZERO_COMM_TIMEOUT: expected a positive number of seconds, found '%s'", t);
     o.timeout_s = v;
   }
   if (const char* d = std::getenv("RINGZERO_COMM_DEBUG"); d != nullptr && *d != 0) {
@@ -49,7 +51,10 @@ CommOptions resolve_comm_options(const CommOptions& opts) {
     RZ_CHECK(s == "0" || s == "1", "RINGZERO_COMM_DEBUG: expected 0 or 1, found '%s'", d);
     if (s == "1") o.debug = true;
   }
-  RZ_CHECK(o.timeout_s > 0, "comm timeout: expected a positive number of seconds, found %g", o.timeout_s);
+  // Every wait has a deadline: "inf" or 1e300 would make it none (and overflow the clocks).
+  RZ_CHECK(o.timeout_s > 0 && o.timeout_s <= kMaxCommTimeoutS,
+           "comm timeout: expected a positive number of seconds up to %g (11 days), found %g", kMaxCommTimeoutS,
+           o.timeout_s);
   RZ_CHECK(o.segment_bytes >= 1, "comm segment_bytes: expected at least 1, found %zu", o.segment_bytes);
   return o;
 }

@@ -194,4 +194,21 @@ bool Socket::read_all(void* p, size_t n, double deadline) const {
   return true;
 }
 
+bool Socket::read_frame(std::string& out, size_t max_bytes, double deadline) const {
+  unsigned char len_le[4];
+  if (!read_all(len_le, 4, deadline)) return false;
+  const size_t len = size_t(len_le[0]) | size_t(len_le[1]) << 8 | size_t(len_le[2]) << 16 | size_t(len_le[3]) << 24;
+  if (len > max_bytes) throw FrameTooLong(len, max_bytes);
+  out.resize(len);
+  return read_all(out.data(), len, deadline);
+}
+
+bool Socket::write_frame(const std::string& payload, double deadline) const {
+  RZ_CHECK(payload.size() <= 0xffffffffu, "socket: a %zu-byte frame does not fit its length field", payload.size());
+  std::string f(4, '\0');
+  for (int i = 0; i < 4; ++i) f[i] = static_cast<char>((payload.size() >> (8 * i)) & 0xff);
+  f += payload;
+  return write_all(f.data(), f.size(), deadline);
+}
+
 }  // namespace rz

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 
 namespace rz {
@@ -48,6 +49,12 @@ class Socket {
   // Waits until readable (or deadline). True if readable (or EOF/error pending).
   bool wait_readable(double deadline) const;
 
+  // Frames of [u32 little-endian length][bytes], the rendezvous wire format. read_frame:
+  // false on timeout; throws SocketClosed on EOF and FrameTooLong (before allocating
+  // anything) when the length is over max_bytes.
+  bool read_frame(std::string& out, size_t max_bytes, double deadline) const;
+  bool write_frame(const std::string& payload, double deadline) const;
+
  private:
   int fd_ = -1;
 };
@@ -55,6 +62,13 @@ class Socket {
 // Thrown by read_all/write_all when the other end closed or reset the connection.
 struct SocketClosed : std::exception {
   const char* what() const noexcept override { return "connection closed by peer"; }
+};
+
+// Thrown by read_frame for a frame longer than its limit.
+struct FrameTooLong : std::exception {
+  size_t bytes = 0, limit = 0;
+  FrameTooLong(size_t b, size_t l) : bytes(b), limit(l) {}
+  const char* what() const noexcept override { return "frame longer than the limit"; }
 };
 
 }  // namespace rz

@@ -1,10 +1,10 @@
 // comm/store.h: the rendezvous key-value store (rank 0 serves, every rank is a client).
 //
 // Ranks find each other through it: shared-memory names, tcp listen addresses, hostnames.
-// Wire format, both directions: frames of [u32 length][length bytes], length <= 1 MiB.
-//   client hello   "RZ1 " + job token [+ "\n" + job nonce]
-//                                              -> "OK"; "NO <why>" for another job's nonce;
-//                                                 a wrong token is logged and hung up on
+// A connection first proves the job token without sending it (comm/job_auth.h; its claim
+// is the job nonce, if any) through the store's Gate (comm/gate.h: a short handshake
+// deadline, bounded unproven connections, proven ones never turned away). Then requests,
+// frames of [u32 length][bytes], length <= 1 MiB, in both directions:
 //   set            'S' [u32 klen] key value    -> "OK"
 //   claim          'C' [u32 klen] key value    -> "OK" (key was free, now set) or 'X' + the
 //                                                 value that holds it (a duplicate rank)
@@ -12,10 +12,9 @@
 // A connection with a wrong token, an oversized frame or a malformed request is logged to
 // stderr (with the peer's address) and closed; the store keeps serving everyone else.
 // The job nonce is a random value the launcher gives the ranks of one single-node job, so
-// a rank of another job that shares the port and token is refused at the hello.
-// Serving: one thread per live connection, at most max_connections at once (more are
-// refused at accept), and finished threads are joined as the store goes, so a stream of
-// short connections costs nothing that stays.
+// a rank of another job that shares the port and token is refused at the handshake ("NO").
+// Each connection has its own thread; finished threads are joined as the store goes, so a
+// stream of short connections costs nothing that stays.
 #pragma once
 
 #include <atomic>
@@ -28,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/gate.h"
 #include "comm/socket.h"
 
 namespace rz {
@@ -41,50 +41,38 @@ struct StoreRequest {
   uint32_t wait_ms = 0;  // 'G' only
 };
 StoreRequest parse_store_request(std::string_view frame);
-// A hello frame: true and the token and nonce (empty when absent) when it is one.
-bool parse_store_hello(std::string_view frame, std::string& token, std::string& nonce);
 
 class StoreServer {
  public:
   // Listens on bind_host (empty: all interfaces) at port (0: a free one); serving runs on
   // its own threads. job_nonce empty: any nonce (or none) is accepted.
   StoreServer(const std::string& bind_host, int port, std::string job_token, std::string job_nonce = "",
-              int max_connections = 256);
+              GateLimits limits = {});
   // Loopback only: tests and single-host jobs.
   StoreServer(int port, std::string job_token) : StoreServer("127.0.0.1", port, std::move(job_token)) {}
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
-  int port() const { return port_; }
-  size_t refused() const { return refused_.load(); }  // connections refused so far
-  size_t live_connections() const { return live_.load(); }
+  int port() const { return gate_->port(); }
+  size_t refused() const { return gate_->refused(); }  // connections refused or dropped so far
+  size_t live_connections() const { return gate_->live(); }
+  size_t pending_connections() const { return gate_->pending(); }  // not yet proven
+  size_t pending_from(const std::string& ip) const { return gate_->pending_from(ip); }
 
  private:
-  struct Conn {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  void accept_loop();
-  void reap_finished();
-  void serve(Socket conn, std::string peer);
-  void refuse(const std::string& peer, const std::string& why);
+  void serve(Socket& conn);
 
-  std::string token_, nonce_;
-  int max_connections_;
-  Socket listener_;
-  int port_ = 0;
+  std::string nonce_;
   std::atomic<bool> stop_{false};
-  std::atomic<size_t> refused_{0}, live_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
-  std::vector<Conn> conns_;  // touched by the acceptor thread and the destructor only
-  std::thread acceptor_;
+  std::unique_ptr<Gate> gate_;  // last: destroyed first, so its threads end while kv_ lives
 };
 
 class StoreClient {
  public:
-  // Connects (retrying until timeout_s while rank 0 starts up) and presents the token.
+  // Connects (retrying until timeout_s while rank 0 starts up) and proves the token.
   StoreClient(const std::string& host, int port, const std::string& job_token, double timeout_s,
               const std::string& job_nonce = "");
   void set(const std::string& key, const std::string& value);

@@ -1,7 +1,10 @@
 // comm/transport_tcp.cpp: ranks as processes on any hosts, over TCP.
 //
 // One connection per ring edge: this rank connects to its right neighbour and accepts
-// its left one, which must open with the job token and its rank. A message on the wire
+// its left one. Both ends prove the job token without sending it (comm/job_auth.h, claim
+// "rank r"), and the listener is a Gate (comm/gate.h), so a stranger on the port can
+// neither get in nor keep the left neighbour out. It listens on the address the store sees
+// this rank at (127.0.0.1 for a loopback job), never on every interface. A message on the wire
 // is [MsgHeader][bytes]. A reader thread drains the left connection into a private
 // SlotRing inbox, so the ring sees the same "reduce from the slot in place" channel as
 // with shm, and a rank that is busy sending never stops draining its left neighbour
@@ -16,6 +19,8 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/gate.h"
+#include "comm/job_auth.h"
 #include "comm/transports.h"
 
 namespace rz {
@@ -114,48 +119,36 @@ class TcpChannel final : public RingChannel {
   std::thread reader_;
 };
 
-struct TcpHello {
-  uint32_t magic;
-  int32_t rank;
-  char token[64];
-};
-
 }  // namespace
 
 std::unique_ptr<RingChannel> connect_tcp_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store) {
   const int N = env.world_size, r = env.rank;
   const int right = (r + 1) % N, left = (r - 1 + N) % N;
-  Socket listener = Socket::listen_on(0, "tcp transport");
-  store.set(strfmt("tcp/%d", r), strfmt("%s:%d", store.local_ip().c_str(), listener.local_port()));
+  const std::string my_ip = store.local_ip();
+  Socket listener = Socket::listen_on(0, "tcp transport", my_ip);
+  const int my_port = listener.local_port();
+
+  // The gate lets in only a connection that proved the token as rank `left`.
+  const std::string want = strfmt("rank %d", left);
+  auto check_claim = [&](const std::string& claim) -> std::string {
+    if (claim == want) return "";
+    return strfmt("this is rank %d's tcp listener, which waits for rank %d, not '%s'", r, left,
+                  claim.substr(0, 40).c_str());
+  };
+  Gate gate(std::move(listener), env.job_token, "tcp", strfmt("ringzero tcp (rank %d)", r), GateLimits{}, check_claim,
+            nullptr);
+  store.set(strfmt("tcp/%d", r), strfmt("%s:%d", my_ip.c_str(), my_port));
 
   std::string addr = store.get(strfmt("tcp/%d", right));
   size_t colon = addr.rfind(':');
   RZ_CHECK(colon != std::string::npos, "tcp transport: rank %d published a bad address '%s'", right, addr.c_str());
-  double deadline = now_s() + opts.timeout_s;
-  Socket to_right = Socket::connect_to(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), deadline,
-                                       "tcp transport (connecting to the right neighbour)");
-  TcpHello hello{kMsgMagic, r, {}};
-  std::snprintf(hello.token, sizeof hello.token, "%s", env.job_token.c_str());
-  RZ_CHECK(to_right.write_all(&hello, sizeof hello, deadline), "tcp transport: timed out greeting rank %d", right);
-
-  // Accept until the left neighbour shows up with the right token; log anyone else.
-  for (;;) {
-    std::string peer;
-    Socket c = listener.accept_until(deadline, &peer);
-    RZ_CHECK(c.valid(), "tcp transport, rank %d: rank %d did not connect within %.0f s", r, left, opts.timeout_s);
-    TcpHello theirs{};
-    bool ok = false;
-    try {
-      ok = c.read_all(&theirs, sizeof theirs, now_s() + 10.0);
-    } catch (const SocketClosed&) {
-    }
-    theirs.token[sizeof theirs.token - 1] = 0;
-    if (ok && theirs.magic == kMsgMagic && theirs.rank == left &&
-        env.job_token.substr(0, sizeof theirs.token - 1) == theirs.token)
-      return std::make_unique<TcpChannel>(std::move(to_right), std::move(c), r, N, opts);
-    std::fprintf(stderr, "ringzero tcp: rank %d refused a connection from %s (not rank %d with this job's token)\n", r,
-                 peer.c_str(), left);
-  }
+  const double deadline = now_s() + opts.timeout_s;
+  Socket to_right = connect_with_proof(addr.substr(0, colon), std::atoi(addr.c_str() + colon + 1), env.job_token,
+                                       "tcp", strfmt("rank %d", r), deadline,
+                                       strfmt("tcp transport, rank %d: rank %d at %s", r, right, addr.c_str()));
+  Socket from_left = gate.next_admitted(deadline);
+  RZ_CHECK(from_left.valid(), "tcp transport, rank %d: rank %d did not connect within %.0f s", r, left, opts.timeout_s);
+  return std::make_unique<TcpChannel>(std::move(to_right), std::move(from_left), r, N, opts);
 }
 
 }  // namespace rz

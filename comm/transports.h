@@ -56,7 +56,7 @@ std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_
 std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store);
 
 // tcp: every rank listens, publishes host:port in the store, connects to its right
-// neighbour and accepts its left one (who must show the job token).
+// neighbour and accepts its left one; both prove the job token (comm/job_auth.h).
 std::unique_ptr<RingChannel> connect_tcp_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store);
 
 }  // namespace rz

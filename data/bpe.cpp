@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
 
@@ -120,6 +121,7 @@ class WordCache {
 };
 
 std::string read_text_file(const std::string& path) {
+  check_input_file(path, "GPT-2 tokenizer file");
   std::ifstream f(path, std::ios::binary);
   RZ_CHECK(f.good(), "%s: cannot open (expected a GPT-2 tokenizer file)", path.c_str());
   std::ostringstream ss;

@@ -20,16 +20,14 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/memory.h"
 #include "base/file.h"
 #include "data/rng.h"
 #include "data/shard.h"
 
 namespace rz {
 
-namespace {
-
-// A glob or a comma-separated list (whose items may be globs), in order, globs sorted.
-std::vector<std::string> expand_pattern(const std::string& pattern) {
+std::vector<std::string> expand_shard_pattern(const std::string& pattern) {
   std::vector<std::string> files;
   size_t start = 0;
   while (start <= pattern.size()) {
@@ -51,8 +49,6 @@ std::vector<std::string> expand_pattern(const std::string& pattern) {
   return files;
 }
 
-}  // namespace
-
 struct DataLoader::Impl {
   std::string pattern;
   int B, T, rank, nranks;
@@ -69,7 +65,7 @@ struct DataLoader::Impl {
 
   void make_perm(uint64_t epoch) {
     if (!shuffle || perm_epoch == epoch) return;
-    perm.resize(W);
+    resize_or_fail(perm, W, "the data order (one uint32 per window)");
     for (uint64_t i = 0; i < W; i++) perm[i] = static_cast<uint32_t>(i);
     Xoshiro256 rng(seed, epoch);
     for (uint64_t i = W - 1; i > 0; i--) std::swap(perm[i], perm[rng.below(i + 1)]);
@@ -105,7 +101,7 @@ DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int n
   m.nranks = nranks;
   m.seed = seed;
   m.shuffle = shuffle;
-  m.files = expand_pattern(pattern);
+  m.files = expand_shard_pattern(pattern);
   m.first_window.push_back(0);
   for (const auto& f : m.files) {
     m.shards.push_back(std::make_unique<ShardReader>(f));

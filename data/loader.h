@@ -23,6 +23,10 @@ struct LoaderState {
   uint64_t next_window = 0;  // index into this epoch's permutation of the next window this rank takes
 };
 
+// The shard files a pattern names: a glob or a comma-separated list (whose items may be
+// globs), in order, globs sorted. Throws naming the pattern when nothing matches.
+std::vector<std::string> expand_shard_pattern(const std::string& pattern);
+
 class DataLoader {
  public:
   // pattern: a glob ("data/train_*.bin") or a comma-separated list of shard files.

@@ -291,8 +291,10 @@ bool swap_by_two_renames(const std::string& stage, const std::string& out) {
 
 void check_prepared_dir(const std::string& dir) {
   const std::string meta_path = dir + "/meta.json";
+  struct stat st;
+  if (::lstat(meta_path.c_str(), &st) != 0) return;  // shards from elsewhere (llm.c's scripts): nothing to compare with
+  check_input_file(meta_path, "prepared data");
   std::ifstream in(meta_path);
-  if (!in.good()) return;  // shards from elsewhere (llm.c's scripts): nothing to compare with
   nlohmann::json meta = nlohmann::json::parse(in, nullptr, false);
   RZ_CHECK(!meta.is_discarded() && meta.is_object(), "%s: malformed JSON (re-run `ringzero prepare`)",
            meta_path.c_str());
@@ -300,10 +302,13 @@ void check_prepared_dir(const std::string& dir) {
     const std::string key = std::string(split) + "_shards";
     std::set<std::string> listed, present;
     uint64_t tokens = 0;
-    try {
-      for (const auto& n : meta.at(key)) listed.insert(n.get<std::string>());
-    } catch (const std::exception&) {
-      RZ_FAIL("%s: no '%s' list (not written by `ringzero prepare`?)", meta_path.c_str(), key.c_str());
+    RZ_CHECK(meta.contains(key), "%s: no '%s' list (not written by `ringzero prepare`?)", meta_path.c_str(),
+             key.c_str());
+    RZ_CHECK(meta[key].is_array(), "%s: '%s' is not a list of shard file names", meta_path.c_str(), key.c_str());
+    for (const auto& n : meta[key]) {
+      RZ_CHECK(n.is_string(), "%s: '%s' holds %s, not a shard file name", meta_path.c_str(), key.c_str(),
+               n.dump().substr(0, 40).c_str());
+      listed.insert(n.get<std::string>());
     }
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -314,8 +319,12 @@ void check_prepared_dir(const std::string& dir) {
       }
     }
     uint64_t want = 0;
-    if (meta.contains(std::string(split) + "_tokens") && meta[std::string(split) + "_tokens"].is_number_unsigned())
-      want = meta[std::string(split) + "_tokens"].get<uint64_t>();
+    const std::string count_key = std::string(split) + "_tokens";
+    if (meta.contains(count_key)) {
+      RZ_CHECK(meta[count_key].is_number_unsigned(), "%s: '%s' is %s, not a token count", meta_path.c_str(),
+               count_key.c_str(), meta[count_key].dump().substr(0, 40).c_str());
+      want = meta[count_key].get<uint64_t>();
+    }
     RZ_CHECK(listed == present && tokens == want,
              "%s: meta.json lists %zu %s shards with %llu tokens, but the directory holds %zu with %llu: a mix of "
              "two `ringzero prepare` runs? Re-run prepare into this directory",
@@ -339,19 +348,37 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
 
   PrepareStats stats;
   stats.sources = expand_inputs(opt.inputs, opt.split_fortunes);
-  make_dirs(opt.out_dir);
+  {  // the swap below replaces out_dir whole: it must not hold, or lie inside, an input
+    std::vector<RunPath> inputs;
+    for (const std::string& in : opt.inputs)
+      if (!has_glob_wildcard(in)) inputs.push_back({"the --input", in});
+    for (const std::string& f : stats.sources) inputs.push_back({"the --input file", f});
+    if (!opt.gpt2_dir.empty()) inputs.push_back({"the --gpt2-dir", opt.gpt2_dir});
+    check_run_outputs({}, {{"--out", opt.out_dir}}, inputs);
+  }
+  // A symbolic link to a directory (a data folder kept elsewhere) stays a link: the new set
+  // is built beside the directory it points to and swapped in there.
+  std::string out_dir = opt.out_dir;
+  if (struct stat lst; ::lstat(out_dir.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    char* real = ::realpath(out_dir.c_str(), nullptr);
+    RZ_CHECK(real != nullptr, "--out %s: a symbolic link that does not resolve: %s", opt.out_dir.c_str(),
+             errno_string().c_str());
+    out_dir = real;
+    std::free(real);
+  }
+  make_dirs(out_dir);
   // Everything is built in a staging directory beside out_dir and swapped in whole at the
   // end, so out_dir holds either the old complete set or the new one, never a mix. A
   // directory with other files in it is not ours to swap.
   {
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(opt.out_dir, ec))
+    for (const auto& e : std::filesystem::directory_iterator(out_dir, ec))
       RZ_CHECK(is_prepare_output(e.path().filename().string()),
                "--out %s: holds %s, which prepare did not write; choose an empty or new directory",
                opt.out_dir.c_str(), e.path().filename().c_str());
   }
-  remove_dead_staging(opt.out_dir);
-  const std::string stage = staging_prefix(opt.out_dir) + std::to_string(::getpid());
+  remove_dead_staging(out_dir);
+  const std::string stage = staging_prefix(out_dir) + std::to_string(::getpid());
   remove_tree(stage);
   make_dirs(stage);
   struct StageGuard {  // an error (or an exception) removes the half-built directory
@@ -440,12 +467,12 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   write_file_atomic(stage + "/meta.json", meta.dump(2) + "\n");
   // The swap: renameat2(RENAME_EXCHANGE) trades the two directories in one step; the old set
   // then sits in the staging path and is removed.
-  if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, opt.out_dir.c_str(), RENAME_EXCHANGE) != 0 &&
-      !((errno == EINVAL || errno == ENOSYS) && swap_by_two_renames(stage, opt.out_dir))) {
+  if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out_dir.c_str(), RENAME_EXCHANGE) != 0 &&
+      !((errno == EINVAL || errno == ENOSYS) && swap_by_two_renames(stage, out_dir))) {
     RZ_FAIL("--out %s: cannot swap in the new shards from %s: %s", opt.out_dir.c_str(), stage.c_str(),
             errno_string().c_str());
   }
-  fsync_directory(staging_prefix(opt.out_dir).substr(0, staging_prefix(opt.out_dir).rfind('/')));
+  fsync_directory(staging_prefix(out_dir).substr(0, staging_prefix(out_dir).rfind('/')));
   stats.seconds = progress.seconds();
   stats.cpu_seconds = progress.cpu_seconds();
   return stats;

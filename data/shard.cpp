@@ -21,12 +21,11 @@ namespace {
 }  // namespace
 
 ShardReader::ShardReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  RZ_SYSCHECK(fd, "%s: cannot open token shard", path.c_str());
+  const int fd = open_input_file(path, "token shard");  // a FIFO or directory: refused, never blocks
   struct stat st;
-  if (::fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) < 0) {
     ::close(fd);
-    RZ_FAIL("%s: not a regular file (expected an llm.c token shard)", path.c_str());
+    RZ_FAIL("%s: cannot stat token shard: %s", path.c_str(), errno_string().c_str());
   }
   size_t size = static_cast<size_t>(st.st_size);
   if (size < kShardHeaderBytes) {

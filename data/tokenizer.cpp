@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -52,6 +53,7 @@ class ByteTokenizer final : public Tokenizer {
 class LlmcTokenizer final : public Tokenizer {
  public:
   explicit LlmcTokenizer(const std::string& path) : path_(path) {
+    check_input_file(path, "tokenizer");
     FILE* f = std::fopen(path.c_str(), "rb");
     RZ_CHECK(f != nullptr, "%s: cannot open (expected an llm.c tokenizer.bin)", path.c_str());
     struct Closer {
@@ -171,9 +173,10 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::st
     return make_gpt2_tokenizer(dir);
   }
   struct stat st;
-  RZ_CHECK(stat(spec.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+  RZ_CHECK(stat(spec.c_str(), &st) == 0,
            "tokenizer '%s': expected byte, gpt2 or the path of an llm.c tokenizer.bin (no such file)",
            spec.c_str());
+  check_input_file(spec, "tokenizer");  // a FIFO or a directory: refused before it is opened
   std::unique_ptr<Tokenizer> tok = load_llmc_tokenizer(spec);
   // A tokenizer.bin that `prepare --tokenizer byte` wrote is the byte tokenizer itself:
   // return that, so it can encode (a prompt) as well as decode.

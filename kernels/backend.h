@@ -33,6 +33,7 @@
 
 #include "base/bf16.h"
 #include "base/memory.h"
+#include "base/trace.h"
 #include "kernels/cpu/adamw.h"  // AdamWStep: the step description every backend takes
 
 namespace rz {
@@ -49,11 +50,13 @@ class Ops {
                                const E* wpe,    // (maxT, C)
                                int B, int T, int C) = 0;
   // dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]. Deterministic: the same
-  // inputs give the same bits (no atomics in the order of arrival).
-  virtual void encoder_backward(E* dwte,         // (Vp, C) accumulated
-                                E* dwpe,         // (maxT, C) accumulated
-                                const E* dout,   // (B, T, C)
-                                const int* inp,  // (B, T)
+  // inputs give the same bits (no atomics in the order of arrival). The token ids are the
+  // host's copy (the caller has them): a GPU groups positions by token on the host without
+  // reading them back from the device.
+  virtual void encoder_backward(E* dwte,              // (Vp, C) accumulated
+                                E* dwpe,              // (maxT, C) accumulated
+                                const E* dout,        // (B, T, C)
+                                const int* host_inp,  // (B, T) host
                                 int B, int T, int C) = 0;
 
   // out = (inp - mean) * rstd * weight + bias per row; mean and rstd saved for backward.
@@ -144,6 +147,10 @@ class Backend {
     (void)total;
     return false;
   }
+
+  // Stamps on this backend's compute stream for `--trace` (base/trace.h DeviceClock), so a
+  // GPU rank's spans are device time. Null where ops finish before they return (the host).
+  virtual trace::DeviceClock* trace_clock() { return nullptr; }
 
   template <typename E>
   Ops<E>& ops();

@@ -33,6 +33,7 @@
 #include "base/check.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "kernels/gemm_alignment.h"
 
 namespace rz {
 
@@ -164,6 +165,7 @@ struct GPT2::Impl {
   int capB = 0, capT = 0;        // activation capacity
   int B = 0, T = 0;              // shape of the last forward
   bool have_targets = false, logits_valid = false;
+  std::vector<int> host_inputs;  // (B*T) the last forward's token ids, on the host for encoder_backward
   std::vector<float> host_losses;  // (N) the last forward's losses, copied to the host
 
   // ZeRO-3 (set_param_gate): per unit, the gate's pointer while acquired, else null.
@@ -237,6 +239,7 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   Backend& be = *backend;
   Ops<E>& op = be.ops<E>();
   be.copy_from_host(a.inputs, in, N * sizeof(int));
+  host_inputs.assign(in, in + N);
   if (tg) be.copy_from_host(a.targets, tg, N * sizeof(int));
 
   // ZeRO-3 units (no-ops without a gate): the embeddings stay acquired from the encoder to
@@ -388,7 +391,7 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     report_ready();  // ln1
   }
 
-  op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, a.inputs, B, T, C);
+  op.encoder_backward(dwte, grad<E>(sink, ParamKind::wpe), a.dres, host_inputs.data(), B, T, C);
   report_ready();  // wpe and wte
   RZ_ENFORCE_EQ(next_ready, ready.size());
   sink.end_backward();
@@ -399,6 +402,14 @@ GPT2::GPT2(const GPT2Config& cfg, const ModelOptions& opts) : impl_(std::make_un
   finalize_config(impl_->cfg);
   impl_->opts = opts;
   impl_->layout = build_param_layout(impl_->cfg);
+  // On a device every tensor offset (a multiple of C) must be 16-byte aligned, the alignment
+  // its GEMMs are planned for (kernels/gemm_alignment.h).
+  const size_t C_bytes = size_t(impl_->cfg.channels) * precision_bytes(opts.precision);
+  RZ_CHECK(opts.device.is_cpu() || C_bytes % kGemmAlignBytes == 0,
+           "device %s: channels C = %d are %zu bytes in %s, not a multiple of %u, so the parameters and gradients "
+           "would sit off the 16-byte grid cuBLASLt is planned for; use C a multiple of 8",
+           device_name(opts.device).c_str(), impl_->cfg.channels, C_bytes, precision_name(opts.precision),
+           unsigned(kGemmAlignBytes));
   impl_->ready_ranges = grad_ready_ranges(impl_->layout);
   impl_->backend = make_backend(opts.device);
   const size_t param_bytes = impl_->layout.total * precision_bytes(opts.precision);

@@ -15,6 +15,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/memory.h"
 #include "model/layout.h"
 
 namespace rz {
@@ -63,7 +64,7 @@ FilePtr open_for_read(const std::string& path, const char* what, size_t& size) {
   struct stat st;
   RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s %s: cannot open: %s", what, path.c_str(),
            std::strerror(errno));
-  RZ_CHECK(S_ISREG(st.st_mode), "%s %s: not a regular file", what, path.c_str());
+  check_input_file(path, what);  // a FIFO or a directory, named: refused before fopen could block
   FILE* f = std::fopen(path.c_str(), "rb");
   RZ_CHECK(f != nullptr, "%s %s: cannot open: %s", what, path.c_str(), std::strerror(errno));
   size = size_t(st.st_size);
@@ -121,7 +122,8 @@ ModelFile read_model(const std::string& path, bool with_params) {
            size, mf.cfg.num_layers, mf.cfg.channels, mf.cfg.vocab_size, mf.cfg.max_seq_len,
            precision_name(mf.precision), expected);
   if (!with_params) return mf;
-  std::vector<float> llmc(n);
+  std::vector<float> llmc;
+  resize_or_fail(llmc, n, "the model file's parameters");
   if (mf.precision == Precision::fp32) {
     read_exact(f.get(), llmc.data(), n * 4, what, path);
   } else {
@@ -129,7 +131,7 @@ ModelFile read_model(const std::string& path, bool with_params) {
     read_exact(f.get(), raw.data(), n * 2, what, path);
     for (size_t i = 0; i < n; ++i) llmc[i] = bf16_to_float(raw[i]);
   }
-  mf.params.resize(n);
+  resize_or_fail(mf.params, n, "the model's parameters");
   llmc_to_internal(mf.cfg, llmc.data(), mf.params.data());
   return mf;
 }

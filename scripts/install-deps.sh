@@ -6,6 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libeigen3-dev catch2 libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
       libdnnl-dev fortunes gnuplot-nox clang libclang-rt-dev
+      libssl-dev  # libcrypto: HMAC-SHA256 of the rendezvous handshake (comm/job_auth.cpp)
       openmpi-bin libopenmpi-dev)  # --comm mpi and its test (test_comm_mpi runs mpirun)
 missing=()
 for p in "${pkgs[@]}"; do

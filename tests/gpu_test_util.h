@@ -2,7 +2,8 @@
 // against the CPU backend (the reference): inputs are made on the host, uploaded, the op
 // runs on both, and the GPU's output comes back to be compared element by element with
 //   |x - ref| <= atol * rms(ref) + rtol * |ref|
-// at tolerances chosen by storage type. Outputs that an op assigns are poisoned with NaN
+// at tolerances chosen by storage type (tests/gpu_compare.h, tested on the CPU by
+// test_gpu_checks). Outputs that an op assigns are poisoned with NaN
 // on the GPU first, so an element the kernel never wrote fails the comparison.
 //
 // Without a CUDA backend in the build, or without a GPU, a GPU test's main() prints why
@@ -30,6 +31,7 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "kernels/backend.h"
+#include "tests/gpu_compare.h"
 #if RZ_TEST_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -64,8 +66,6 @@ inline Backend& gpu() {
 }
 inline Backend& cpu() { return cpu_backend(); }
 
-inline float to_f(float x) { return x; }
-inline float to_f(bf16 x) { return bf16_to_float(x); }
 template <typename T>
 T from_f(float x) {
   if constexpr (std::is_same_v<T, bf16>)
@@ -119,22 +119,14 @@ class DevBuf {
   Buffer<T> buf_;
 };
 
-struct Tol {
-  double atol;  // times the rms of the reference
-  double rtol;
-};
-template <typename T>
-Tol tol() {
-  return std::is_same_v<T, bf16> ? Tol{2e-2, 2e-2} : Tol{2e-5, 1e-5};
-}
-
 template <typename T>
 bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
-// Element-wise comparison; prints the first few offenders and how many there were. On a
-// bitwise backend (--device sim) every element must have the reference's bits.
+// Element-wise comparison (gpu_compare.h's rule); prints the first few offenders and how
+// many there were. On a bitwise backend (--device sim) every element must have the
+// reference's bits.
 template <typename T>
 void compare(const std::string& what, const std::vector<T>& got, const std::vector<T>& ref, Tol t) {
   REQUIRE(got.size() == ref.size());
@@ -149,20 +141,10 @@ void compare(const std::string& what, const std::vector<T>& got, const std::vect
     CHECK(bad == 0);
     return;
   }
-  double ss = 0;
-  for (const T& r : ref) ss += double(to_f(r)) * to_f(r);
-  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / double(ref.size()));
-  size_t bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double x = to_f(got[i]), r = to_f(ref[i]);
-    const double bound = t.atol * rms + t.rtol * std::fabs(r);
-    if (!(std::fabs(x - r) <= bound)) {  // NaN (an unwritten element) fails too
-      if (bad < 5) UNSCOPED_INFO(what << "[" << i << "]: gpu " << x << " cpu " << r << " bound " << bound);
-      ++bad;
-    }
-  }
-  INFO(what << " (" << ref.size() << " elements, rms " << rms << "): " << bad << " outside tolerance");
-  CHECK(bad == 0);
+  const Outside o = outside_tolerance(got, ref, t);
+  if (o.bad > 0) UNSCOPED_INFO(what << ":\n" << o.first);
+  INFO(what << " (" << ref.size() << " elements, rms " << o.rms << "): " << o.bad << " outside tolerance");
+  CHECK(o.bad == 0);
 }
 
 // The CATCH_CONFIG_RUNNER main of a GPU test program.

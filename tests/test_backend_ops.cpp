@@ -33,10 +33,18 @@ TEMPLATE_TEST_CASE("encoder forward and backward", "[ops]", float, bf16) {
   auto dout = random_vec<E>(out.size(), rng);
   auto dwte = random_vec<E>(wte.size(), rng), dwpe = random_vec<E>(wpe.size(), rng);  // accumulated into
   DevBuf<E> d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
-  cpu().ops<E>().encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
-  gpu().ops<E>().encoder_backward(d_dwte.ptr(), d_dwpe.ptr(), d_dout.ptr(), d_inp.ptr(), B, T, C);
+  // The ids come from the host (backend.h); twice in a row, so the second call reuses the
+  // pinned staging after waiting only for the first call's upload.
+  for (int rep = 0; rep < 2; ++rep) {
+    cpu().ops<E>().encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+    gpu().ops<E>().encoder_backward(d_dwte.ptr(), d_dwpe.ptr(), d_dout.ptr(), inp.data(), B, T, C);
+  }
   compare("encoder_backward dwte", d_dwte.host(), dwte, tol<E>());
   compare("encoder_backward dwpe", d_dwpe.host(), dwpe, tol<E>());
+  if constexpr (std::is_same_v<E, float>) {  // fp32: the CPU's order of additions, bit for bit
+    CHECK(std::memcmp(d_dwte.host().data(), dwte.data(), dwte.size() * sizeof(E)) == 0);
+    CHECK(std::memcmp(d_dwpe.host().data(), dwpe.data(), dwpe.size() * sizeof(E)) == 0);
+  }
 }
 
 TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops]", float, bf16) {
@@ -385,4 +393,56 @@ TEST_CASE("adamw_update: the three storage cases match the CPU", "[ops]") {
     bf16_case(gb);
   }
   SECTION("bf16 params, fp32 grads, fp32 master") { bf16_case(g); }
+}
+
+// Grid-stride kernels cap their grid at 65535 blocks of 256 threads (common.cuh): past
+// 65535 * 256 elements every thread takes a second pass. One AdamW call over 100 tensor
+// spans (two launches of at most 64 spans, decay flags mixed) and the elementwise ops, at
+// that size, against the CPU.
+TEST_CASE("past 65535 blocks: AdamW over many tensors in one call, conversions, GELU", "[ops][large]") {
+  const size_t n = size_t(65535) * 256 + 4099;
+  std::mt19937 rng(12);
+  auto w = random_vec<float>(n, rng), g = random_vec<float>(n, rng, 0.1f), m = random_vec<float>(n, rng, 0.01f);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 1e-4f * float(1 + i % 7);
+  std::vector<AdamWSpan> spans;
+  for (size_t k = 0; k < 100; ++k) spans.push_back(AdamWSpan{n * (k + 1) / 100, k % 3 != 0});
+  AdamWStep s;
+  s.lr = 1e-3f;
+  s.weight_decay = 0.1f;
+  s.grad_scale = 0.5f;
+  s.t = 3;
+  s.spans = spans.data();
+  s.num_spans = spans.size();
+  std::vector<float> cw = w, cm = m, cv = v;
+  cpu().adamw_update(cw.data(), nullptr, cm.data(), cv.data(), g.data(), n, s);
+  {
+    DevBuf<float> dw(w), dg(g), dm(m), dv(v);
+    gpu().adamw_update(dw.ptr(), nullptr, dm.ptr(), dv.ptr(), dg.ptr(), n, s);
+    const Tol exact{1e-6, 1e-6};
+    compare("adamw spans w", dw.host(), cw, exact);
+    compare("adamw spans m", dm.host(), cm, exact);
+    compare("adamw spans v", dv.host(), cv, exact);
+  }
+  {
+    std::vector<bf16> cb(n);
+    cpu().f32_to_bf16(cb.data(), w.data(), n);
+    DevBuf<float> dw(w);
+    DevBuf<bf16> db = DevBuf<bf16>::poisoned(n);
+    gpu().f32_to_bf16(db.ptr(), dw.ptr(), n);
+    auto got = db.host();
+    CHECK(std::memcmp(got.data(), cb.data(), n * sizeof(bf16)) == 0);
+    std::vector<float> acc = m;
+    cpu().accumulate_f32(acc.data(), g.data(), n, false);
+    DevBuf<float> dacc(m), dg(g);
+    gpu().accumulate_f32(dacc.ptr(), dg.ptr(), n, false);
+    CHECK(dacc.host() == acc);  // one fp32 addition each: exact
+  }
+  {
+    std::vector<float> out(n);
+    cpu().ops<float>().gelu_forward(out.data(), w.data(), n);
+    DevBuf<float> dw(w), dout = DevBuf<float>::poisoned(n);
+    gpu().ops<float>().gelu_forward(dout.ptr(), dw.ptr(), n);
+    compare("gelu_forward (large)", dout.host(), out, tol<float>());
+  }
 }

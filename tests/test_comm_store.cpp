@@ -1,21 +1,74 @@
-// Tests of the rendezvous store: set/get across clients, get's timeout, and that a wrong
-// token, a garbage message and an oversized frame are refused while others are served.
+// Tests of the rendezvous store: set/get across clients, get's timeout, that a wrong
+// token, a garbage message and an oversized frame are refused while others are served,
+// and that a stranger's idle connections (hundreds, from one address or another) neither
+// keep a real rank out nor stop a real job (the handshake itself: test_comm_auth.cpp).
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
 #include "base/check.h"
 #include "comm/factory.h"
+#include "comm/job_auth.h"
 #include "comm/socket.h"
 #include "comm/store.h"
 
 using namespace rz;
+
+namespace {
+
+// A connection that proved the token by hand (what StoreClient does), for raw requests.
+Socket proven_connection(int port, const std::string& token) {
+  Socket s = Socket::connect_to("127.0.0.1", port, now_s() + 5, "test");
+  ClientHandshake hs(token, "store", "", random_bytes(kNonceBytes));
+  REQUIRE(s.write_frame(hs.hello(), now_s() + 5));
+  std::string frame, reply;
+  for (;;) {
+    REQUIRE(s.read_frame(frame, 4096, now_s() + 5));
+    const Verdict v = hs.on_frame(frame, reply);
+    if (v == Verdict::kAdmitted) return s;
+    REQUIRE(v == Verdict::kContinue);
+    REQUIRE(s.write_frame(reply, now_s() + 5));
+  }
+}
+
+// A connection from source_ip (any of 127/8 reaches a loopback listener): a stranger
+// elsewhere. It sends nothing.
+Socket idle_from(const std::string& source_ip, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  Socket s(fd);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, source_ip.c_str(), &a.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  return s;
+}
+
+bool wait_until(const std::function<bool()>& f, double s) {
+  const double end = now_s() + s;
+  while (!f()) {
+    if (now_s() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
 
 TEST_CASE("store: set and blocking get between clients") {
   StoreServer server(0, "tok123");
@@ -43,7 +96,7 @@ TEST_CASE("store: refuses a wrong token, garbage and oversized frames, and keeps
   good.set("k", "v1");
 
   REQUIRE_THROWS_WITH(StoreClient("127.0.0.1", server.port(), "wrong-token", 5.0),
-                      Catch::Contains("wrong RINGZERO_JOB_TOKEN"));
+                      Catch::Contains("refused this rank") && Catch::Contains("wrong RINGZERO_JOB_TOKEN"));
 
   {  // garbage instead of a hello
     Socket s = Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
@@ -60,13 +113,7 @@ TEST_CASE("store: refuses a wrong token, garbage and oversized frames, and keeps
     REQUIRE_THROWS_AS(s.read_all(&c, 1, now_s() + 5), SocketClosed);
   }
   {  // the right token, then a malformed request
-    Socket s = Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
-    std::string hello = "RZ1 right-token";
-    uint32_t n = static_cast<uint32_t>(hello.size());
-    s.write_all(&n, 4, now_s() + 5);
-    s.write_all(hello.data(), hello.size(), now_s() + 5);
-    char ok[6];
-    REQUIRE(s.read_all(ok, 6, now_s() + 5));
+    Socket s = proven_connection(server.port(), "right-token");
     uint32_t m = 3;
     s.write_all(&m, 4, now_s() + 5);
     s.write_all("X\x01\x02", 3, now_s() + 5);
@@ -164,24 +211,121 @@ TEST_CASE("store: 5000 connect/close cycles leave no threads or memory behind (i
   CHECK(c.get("still") == "serving");
 }
 
-TEST_CASE("store: connections past the limit are refused at once, and the store keeps serving") {
-  StoreServer server("127.0.0.1", 0, "tok", "", 8);
+TEST_CASE("store: unproven connections past the limit make room (oldest first), never keep a rank out") {
+  GateLimits limits;
+  limits.max_pending = 8;
+  limits.max_pending_per_peer = 8;
+  limits.handshake_s = 60;  // longer than the test: only making room can free a place
+  StoreServer server("127.0.0.1", 0, "tok", "", limits);
   std::vector<Socket> idle;
-  for (int i = 0; i < 8; ++i) idle.push_back(Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test"));
-  const double t0 = now_s();
-  while (server.live_connections() < 8 && now_s() - t0 < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  {  // the ninth is closed by the store
-    Socket s = Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
-    char c;
-    REQUIRE_THROWS_AS(s.read_all(&c, 1, now_s() + 5), SocketClosed);
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test"));
+    REQUIRE(wait_until([&] { return server.pending_connections() == idle.size(); }, 5));  // in order
   }
-  CHECK(server.refused() >= 1);
-  idle.clear();  // the idle ones hang up: room again
-  const double t1 = now_s();
-  while (server.live_connections() > 0 && now_s() - t1 < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  StoreClient c("127.0.0.1", server.port(), "tok", 5.0);
+  StoreClient c("127.0.0.1", server.port(), "tok", 10.0);  // full, yet it gets in
   c.set("k", "v");
   CHECK(c.get("k") == "v");
+  // The oldest idle one was told why it was dropped, and closed.
+  std::string busy;
+  REQUIRE(idle[0].read_frame(busy, 4096, now_s() + 5));
+  CHECK_THAT(busy, Catch::StartsWith("BUSY "));
+  char ch;
+  CHECK_THROWS_AS(idle[0].read_all(&ch, 1, now_s() + 5), SocketClosed);
+  CHECK(server.pending_connections() <= 8);
+  CHECK(server.refused() >= 1);
+}
+
+TEST_CASE("store: 300 idle connections from a stranger do not stop two ranks from meeting") {
+  StoreServer server("127.0.0.1", 0, "tok", "job-nonce");
+  std::vector<Socket> idle;
+  for (int i = 0; i < 300; ++i) idle.push_back(Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test"));
+  // All from 127.0.0.1: the store keeps at most a per-address bound of them waiting.
+  REQUIRE(wait_until([&] { return server.refused() >= 300 - GateLimits{}.max_pending_per_peer; }, 20));
+  CHECK(server.pending_connections() <= size_t(GateLimits{}.max_pending_per_peer));
+  std::string err[2];
+  std::string got[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      try {
+        StoreClient c("127.0.0.1", server.port(), "tok", 20.0, "job-nonce");
+        std::string holder;
+        if (!c.claim(strfmt("rank/%d", r), "me", &holder)) throw Error("rank taken");
+        c.set(strfmt("addr/%d", r), strfmt("address of rank %d", r));
+        got[r] = c.get(strfmt("addr/%d", 1 - r));
+      } catch (const std::exception& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO(err[r]);
+    CHECK(err[r].empty());
+    CHECK(got[r] == strfmt("address of rank %d", 1 - r));
+  }
+}
+
+TEST_CASE("store: a stranger who keeps opening connections as fast as it can does not keep a rank out") {
+  StoreServer server("127.0.0.1", 0, "tok");
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> opened{0};
+  std::thread stranger([&] {
+    std::vector<Socket> held;
+    while (!stop) {
+      try {
+        held.push_back(Socket::connect_to("127.0.0.1", server.port(), now_s() + 1, "stranger"));
+        opened++;
+      } catch (...) {
+      }
+      if (held.size() > 400) held.erase(held.begin(), held.begin() + 200);  // its own fd budget
+    }
+  });
+  REQUIRE(wait_until([&] { return opened.load() > 500; }, 20));
+  const double t0 = now_s();
+  std::string err;
+  try {
+    StoreClient c("127.0.0.1", server.port(), "tok", 60.0);
+    c.set("k", "v");
+    CHECK(c.get("k") == "v");
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  const double took = now_s() - t0;
+  stop = true;
+  stranger.join();
+  INFO(err);
+  CHECK(err.empty());
+  WARN(strfmt("a rank got in after %.2f s while a stranger opened %zu connections", took, opened.load()));
+}
+
+TEST_CASE("store: a stranger on another address cannot take the room of this address's ranks") {
+  GateLimits limits;
+  limits.max_pending = 40;
+  limits.max_pending_per_peer = 16;
+  limits.handshake_s = 60;
+  StoreServer server("127.0.0.1", 0, "tok", "", limits);
+  std::vector<Socket> ours, theirs;
+  for (int i = 0; i < 5; ++i) ours.push_back(idle_from("127.0.0.1", server.port()));
+  REQUIRE(wait_until([&] { return server.pending_from("127.0.0.1") == 5; }, 5));
+  for (int i = 0; i < 200; ++i) theirs.push_back(idle_from("127.0.0.2", server.port()));
+  REQUIRE(wait_until([&] { return server.refused() >= 200 - 16; }, 10));
+  CHECK(server.pending_from("127.0.0.2") <= 16);  // per-address bound
+  CHECK(server.pending_from("127.0.0.1") == 5);   // untouched by the other address's flood
+  StoreClient c("127.0.0.1", server.port(), "tok", 10.0);
+  c.set("k", "v");
+  CHECK(c.get("k") == "v");
+}
+
+TEST_CASE("store: a connection that does not prove the token in time is closed") {
+  GateLimits limits;
+  limits.handshake_s = 0.5;
+  StoreServer server("127.0.0.1", 0, "tok", "", limits);
+  Socket s = Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+  const double t0 = now_s();
+  char ch;
+  CHECK_THROWS_AS(s.read_all(&ch, 1, now_s() + 10), SocketClosed);
+  CHECK(now_s() - t0 < 5);
+  CHECK(wait_until([&] { return server.refused() == 1; }, 5));
 }
 
 TEST_CASE("store: a loopback store listens on 127.0.0.1 only, not on every interface") {
@@ -222,9 +366,4 @@ TEST_CASE("store: request parsing refuses every malformed frame") {
   CHECK(r.op == 'C');
   CHECK(r.key == "k");
   CHECK(r.value == "v");
-  std::string token, nonce;
-  CHECK_FALSE(parse_store_hello("RZ2 x", token, nonce));
-  CHECK(parse_store_hello("RZ1 t\nn", token, nonce));
-  CHECK(token == "t");
-  CHECK(nonce == "n");
 }

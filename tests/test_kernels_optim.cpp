@@ -137,6 +137,58 @@ TEST_CASE("adamw: bitwise the same for any range split and thread count", "[kern
     if (i != 5) REQUIRE(w1[i] == Approx(rw[i]).margin(1e-7).epsilon(1e-5));
 }
 
+// One call over several tensors (a bucket) with decay spans must give bitwise the result of
+// one call per tensor with its own weight decay; bad spans are refused.
+TEST_CASE("adamw: spans of decayed and undecayed tensors equal one call per tensor", "[kernels][adamw]") {
+  const std::vector<AdamWSpan> spans = {{7, false}, {300, true}, {301, false}, {310, false}, {5000, true}};
+  const size_t n = spans.back().end;
+  std::vector<float> w0(n), m0(n), v0(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    w0[i] = float(0.05 * std::cos(0.21 * double(i)));
+    m0[i] = float(1e-3 * std::sin(0.13 * double(i)));
+    v0[i] = float(1e-6 * (1.2 + std::cos(0.07 * double(i))));
+    g[i] = float(0.01 * std::cos(0.9 * double(i) + 0.4));
+  }
+  AdamWStep s;
+  s.lr = 2e-3f;
+  s.weight_decay = 0.1f;
+  s.grad_scale = 0.8f;
+  s.t = 2;
+  std::vector<float> w1 = w0, m1 = m0, v1 = v0, w2 = w0, m2 = m0, v2 = v0;
+  size_t begin = 0;
+  for (const AdamWSpan& sp : spans) {
+    AdamWStep one = s;
+    one.weight_decay = sp.decay ? s.weight_decay : 0.0f;
+    adamw_update<float, float>(w1.data() + begin, nullptr, m1.data() + begin, v1.data() + begin, g.data() + begin,
+                               sp.end - begin, one);
+    begin = sp.end;
+  }
+  AdamWStep all = s;
+  all.spans = spans.data();
+  all.num_spans = spans.size();
+  adamw_update<float, float>(w2.data(), nullptr, m2.data(), v2.data(), g.data(), n, all);
+  CHECK(std::memcmp(w1.data(), w2.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(m1.data(), m2.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(v1.data(), v2.data(), n * sizeof(float)) == 0);
+  // the decayed spans really decayed: a weight with zero gradient history still shrinks
+  std::vector<float> w(n, 1.0f), m(n, 0.0f), v(n, 0.0f), z(n, 0.0f);
+  adamw_update<float, float>(w.data(), nullptr, m.data(), v.data(), z.data(), n, all);
+  CHECK(w[0] == 1.0f);
+  CHECK(w[7] < 1.0f);
+  CHECK(w[300] == 1.0f);
+  CHECK(w[4999] < 1.0f);
+
+  const std::vector<AdamWSpan> short_spans = {{7, false}, {300, true}};
+  AdamWStep bad = s;
+  bad.spans = short_spans.data();
+  bad.num_spans = short_spans.size();
+  auto run_bad = [&] { adamw_update<float, float>(w2.data(), nullptr, m2.data(), v2.data(), g.data(), n, bad); };
+  REQUIRE_THROWS_WITH(run_bad(), Catch::Contains("the spans cover 300 of 5000 elements"));
+  const std::vector<AdamWSpan> backwards = {{300, false}, {7, true}};
+  bad.spans = backwards.data();
+  REQUIRE_THROWS_WITH(run_bad(), Catch::Contains("span 1 ends at 7"));
+}
+
 TEST_CASE("sum_squares: known sums, bitwise reproducible", "[kernels][norm]") {
   for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(200)}) {
     std::vector<float> x(n);

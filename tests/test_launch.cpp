@@ -6,7 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "comm/launch.h"
@@ -64,6 +69,19 @@ TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 
   CHECK(status == 7);
 }
 
+TEST_CASE("a knock-on failure first leaves the failing rank time to say why") {
+  LaunchOptions opts;
+  opts.nproc_per_node = 2;
+  opts.stop_grace_s = 3.0;
+  // Rank 1 sees its peer go away at once; rank 0, still unwinding, names the cause a moment
+  // later. SIGTERM at rank 1's exit would have killed rank 0 before it said anything.
+  int status = launch_local_ranks(
+      sh("if [ \"$RANK\" = 1 ]; then echo 'rendezvous: the store closed the connection' >&2; exit 1; fi; "
+         "sleep 1; echo '/dev/shm is full' >&2; exit 5"),
+      opts);
+  CHECK(status == 5);
+}
+
 TEST_CASE("ranks get a job nonce and their own process group") {
   char dir[] = "/tmp/rz_launch_XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
@@ -101,4 +119,60 @@ TEST_CASE("bad launcher options are one-line errors") {
   opts.node_rank = 0;
   opts.master_port = 0;
   REQUIRE_THROWS_WITH(launch_local_ranks(sh("true"), opts), Catch::Contains("--master-port"));
+}
+
+// Runs the launcher with its stderr in a file; returns (status, what it printed).
+static std::pair<int, std::string> launch_capturing(const std::vector<std::string>& argv, const LaunchOptions& opts) {
+  char path[] = "/tmp/rz_launch_err_XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  dup2(fd, STDERR_FILENO);
+  const int status = launch_local_ranks(argv, opts);
+  std::fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(fd);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  return {status, text};
+}
+
+TEST_CASE("a signal to one rank is reported as that rank's, not as the others' stop (issue 26)") {
+  LaunchOptions opts;
+  opts.nproc_per_node = 2;
+  opts.stop_grace_s = 3.0;
+  char dir[] = "/tmp/rz_launch_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string marker = std::string(dir) + "/rank1_finished";
+  SECTION("a rank that received SIGINT stops after its step; the other stops with it, unhurried") {
+    // Rank 0 says (as a training rank does) that SIGINT reached it; rank 1 needs a moment
+    // longer to finish the agreed stop: the launcher must not SIGTERM it meanwhile.
+    auto [status, err] = launch_capturing(
+        sh("if [ \"$RANK\" = 0 ]; then echo 'ringzero: rank 0 received SIGINT (signal 2); every rank stops after "
+           "this step' >&2; exit 130; fi; sleep 1; touch " + marker + "; exit 130"),
+        opts);
+    INFO(err);
+    CHECK(status == 130);
+    CHECK(std::ifstream(marker).good());
+    CHECK(err.find("ringzero: rank 0 received SIGINT; every rank finished its step and stopped") != std::string::npos);
+    CHECK(err.find("killed") == std::string::npos);
+    CHECK(err.find("rank 1 exited") == std::string::npos);
+  }
+  SECTION("a rank killed by SIGINT is named with the signal; the launcher stopped the others") {
+    auto [status, err] = launch_capturing(sh("if [ \"$RANK\" = 0 ]; then kill -INT $$; fi; exec sleep 60"), opts);
+    INFO(err);
+    CHECK(status == 128 + SIGINT);
+    CHECK(err.find("ringzero: rank 0 was killed by SIGINT (Interrupt); the launcher stopped the other ranks") !=
+          std::string::npos);
+  }
+  SECTION("an exit status of 143 is an exit status, not a death by SIGTERM") {
+    auto [status, err] = launch_capturing(sh("if [ \"$RANK\" = 1 ]; then exit 143; fi; exit 0"), opts);
+    INFO(err);
+    CHECK(status == 143);
+    CHECK(err.find("killed by") == std::string::npos);
+    CHECK(err.find("rank 1 stopped after a signal (exit status 143)") != std::string::npos);
+  }
 }

@@ -1,6 +1,8 @@
 // tests/test_model_cuda.cpp: the whole GPT-2 on the GPU against the same model on the CPU
 // (llm.c's test_gpt2 habit): same parameters, same batch, then the logits, the loss and
-// every gradient tensor compared, for the tiny and d2 presets in fp32 and bf16; and a few
+// every gradient tensor compared, for the tiny and d2 presets in fp32 and bf16, and on a
+// batch large enough that the grid-stride kernels take a second pass (both attention
+// paths); and a few
 // AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical;
 // and --recompute gelu / layer must give bitwise the gradients of none.
 // Gradients are compared per tensor by relative norm, ||gpu - cpu|| / ||cpu||, with a
@@ -34,16 +36,6 @@ namespace {
 
 const Device kGpu{DeviceKind::cuda, 0};
 
-double rel_norm(const float* got, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = double(got[i]) - ref[i];
-    num += d * d;
-    den += double(ref[i]) * ref[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
 struct Batch {
   std::vector<int> x, y;
 };
@@ -51,6 +43,58 @@ Batch make_batch(const GPT2Config& cfg, int B, int T, unsigned seed) {
   std::mt19937 rng(seed);
   return {random_ints(size_t(B) * T, 0, cfg.vocab_size, rng), random_ints(size_t(B) * T, 0, cfg.vocab_size, rng)};
 }
+
+
+// The same model and batch on the CPU and on the GPU: the loss, the logits and every
+// gradient tensor, by relative norm within `bound`, and no NaN anywhere.
+void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Attention attention, double bound) {
+  ModelOptions host_opts{prec, false, Device{}}, dev_opts{prec, false, kGpu};
+  host_opts.attention = dev_opts.attention = attention;
+  GPT2 host(cfg, host_opts);
+  GPT2 dev(cfg, dev_opts);
+  REQUIRE(dev.device() == kGpu);
+  host.init_random(42);
+  const ParamLayout& lay = host.layout();
+  std::vector<float> w(lay.total);
+  host.get_params_f32(w.data());
+  dev.set_params_f32(w.data());  // the same (rounded) parameters on both sides
+  std::vector<float> back(lay.total);
+  dev.get_params_f32(back.data());
+  REQUIRE(std::memcmp(back.data(), w.data(), w.size() * sizeof(float)) == 0);
+
+  const Batch b = make_batch(cfg, B, T, 7);
+  const float loss_cpu = host.forward(b.x.data(), b.y.data(), B, T);
+  const float loss_gpu = dev.forward(b.x.data(), b.y.data(), B, T);
+  INFO("loss cpu " << loss_cpu << " gpu " << loss_gpu);
+  CHECK(std::fabs(loss_gpu - loss_cpu) <= bound * std::fabs(loss_cpu));
+
+  std::vector<float> lc, lg;
+  host.logits_f32(lc);
+  dev.logits_f32(lg);
+  REQUIRE(lc.size() == lg.size());
+  CHECK(rel_norm(lg.data(), lc.data(), lc.size()) <= bound);
+
+  FullGradSink gc(lay.total, prec), gg(lay.total, prec, dev.backend());
+  gc.zero();
+  gg.zero();
+  host.backward(gc);
+  dev.backward(gg);
+  std::vector<float> dc(lay.total), dg(lay.total);
+  gc.get_f32(dc.data());
+  gg.get_f32(dg.data());
+  for (const ParamTensor& t : lay.tensors) {
+    const float* g = dg.data() + t.offset;
+    const float* r = dc.data() + t.offset;
+    size_t nans = 0;
+    for (size_t i = 0; i < t.numel; ++i) nans += std::isnan(g[i]);
+    const double err = rel_norm(g, r, t.numel);
+    INFO("gradient " << t.name << ": relative error " << err << ", " << nans << " NaN");
+    CHECK(nans == 0);
+    CHECK(err <= bound);
+  }
+}
+
+double bound_for(Precision prec) { return prec == Precision::fp32 ? 1e-4 : 3e-2; }
 
 }  // namespace
 
@@ -61,51 +105,22 @@ TEST_CASE("GPT-2 on cuda matches cpu: logits, loss, every gradient", "[model][gp
   };
   for (Case c : {Case{"tiny", 2, 32}, Case{"d2", 2, 64}}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
-      const GPT2Config cfg = model_preset(c.preset);
       CAPTURE(c.preset, precision_name(prec));
-      const double bound = prec == Precision::fp32 ? 1e-4 : 3e-2;
-      GPT2 host(cfg, ModelOptions{prec, false, Device{}});
-      GPT2 dev(cfg, ModelOptions{prec, false, kGpu});
-      REQUIRE(dev.device() == kGpu);
-      host.init_random(42);
-      const ParamLayout& lay = host.layout();
-      std::vector<float> w(lay.total);
-      host.get_params_f32(w.data());
-      dev.set_params_f32(w.data());  // the same (rounded) parameters on both sides
-      std::vector<float> back(lay.total);
-      dev.get_params_f32(back.data());
-      REQUIRE(std::memcmp(back.data(), w.data(), w.size() * sizeof(float)) == 0);
+      check_against_cpu(model_preset(c.preset), c.B, c.T, prec, Attention::materialized, bound_for(prec));
+    }
+  }
+}
 
-      const Batch b = make_batch(cfg, c.B, c.T, 7);
-      const float loss_cpu = host.forward(b.x.data(), b.y.data(), c.B, c.T);
-      const float loss_gpu = dev.forward(b.x.data(), b.y.data(), c.B, c.T);
-      INFO("loss cpu " << loss_cpu << " gpu " << loss_gpu);
-      CHECK(std::fabs(loss_gpu - loss_cpu) <= bound * std::fabs(loss_cpu));
-
-      std::vector<float> lc, lg;
-      host.logits_f32(lc);
-      dev.logits_f32(lg);
-      REQUIRE(lc.size() == lg.size());
-      CHECK(rel_norm(lg.data(), lc.data(), lc.size()) <= bound);
-
-      FullGradSink gc(lay.total, prec), gg(lay.total, prec, dev.backend());
-      gc.zero();
-      gg.zero();
-      host.backward(gc);
-      dev.backward(gg);
-      std::vector<float> dc(lay.total), dg(lay.total);
-      gc.get_f32(dc.data());
-      gg.get_f32(dg.data());
-      for (const ParamTensor& t : lay.tensors) {
-        const float* g = dg.data() + t.offset;
-        const float* r = dc.data() + t.offset;
-        size_t nans = 0;
-        for (size_t i = 0; i < t.numel; ++i) nans += std::isnan(g[i]);
-        const double err = rel_norm(g, r, t.numel);
-        INFO("gradient " << t.name << ": relative error " << err << ", " << nans << " NaN");
-        CHECK(nans == 0);
-        CHECK(err <= bound);
-      }
+// Past the grid cap: the grid-stride kernels (GELU, the bias broadcast; common.cuh) take a
+// second pass over (B*T, 4C), and the per-batch-row attention loop runs 1536 times. Both
+// attention paths, fp32 and bf16, against the CPU (test_gpu_checks proves the shape passes
+// the cap).
+TEST_CASE("GPT-2 on cuda matches cpu on a batch past 65535 blocks", "[model][gpu][large]") {
+  const ModelShape s = grid_stride_model_shape();
+  for (Attention attention : {Attention::materialized, Attention::flash}) {
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      CAPTURE(attention_name(attention), precision_name(prec));
+      check_against_cpu(s.cfg, s.B, s.T, prec, attention, bound_for(prec));
     }
   }
 }
@@ -133,19 +148,23 @@ static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
     const double norm = std::sqrt(prec == Precision::fp32
                                       ? be.sum_squares(static_cast<const float*>(sink.data()), lay.total)
                                       : be.sum_squares(static_cast<const bf16*>(sink.data()), lay.total));
-    for (const ParamTensor& t : lay.tensors) {
-      AdamWStep s;
-      s.lr = 1e-3f;
-      s.t = uint64_t(step);
-      s.weight_decay = t.weight_decay ? 0.1f : 0.0f;
-      s.grad_scale = norm > 1.0 ? float(1.0 / norm) : 1.0f;
-      if (prec == Precision::fp32)
-        be.adamw_update(static_cast<float*>(model.params()) + t.offset, nullptr, m.data() + t.offset,
-                        v.data() + t.offset, static_cast<const float*>(sink.data()) + t.offset, t.numel, s);
-      else
-        be.adamw_update(static_cast<bf16*>(model.params()) + t.offset, master.data() + t.offset, m.data() + t.offset,
-                        v.data() + t.offset, static_cast<const bf16*>(sink.data()) + t.offset, t.numel, s);
-    }
+    // One call over the whole flat buffer, weight decay by tensor (AdamWSpan), as the
+    // strategies do per bucket.
+    std::vector<AdamWSpan> spans;
+    for (const ParamTensor& t : lay.tensors) spans.push_back(AdamWSpan{t.offset + t.numel, t.weight_decay});
+    AdamWStep s;
+    s.lr = 1e-3f;
+    s.t = uint64_t(step);
+    s.weight_decay = 0.1f;
+    s.grad_scale = norm > 1.0 ? float(1.0 / norm) : 1.0f;
+    s.spans = spans.data();
+    s.num_spans = spans.size();
+    if (prec == Precision::fp32)
+      be.adamw_update(static_cast<float*>(model.params()), nullptr, m.data(), v.data(),
+                      static_cast<const float*>(sink.data()), lay.total, s);
+    else
+      be.adamw_update(static_cast<bf16*>(model.params()), master.data(), m.data(), v.data(),
+                      static_cast<const bf16*>(sink.data()), lay.total, s);
   }
   be.synchronize();
   return losses;

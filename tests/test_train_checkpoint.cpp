@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "base/check.h"
 #include "base/file.h"
@@ -186,4 +187,79 @@ TEST_CASE("damaged checkpoints give one-line errors naming the file") {
             complete + ": \"step\" is not an integer in [0, 18446744073709551615]");
     }
   }
+}
+
+TEST_CASE("only directories named exactly as a save names them are checkpoints") {
+  CHECK(parse_step_dir_name("step_00000002") == std::optional<uint64_t>(2));
+  CHECK(parse_step_dir_name("step_123456789") == std::optional<uint64_t>(123456789));
+  for (const char* name : {"step_abc", "step_-1", "step_+0000002", "step_ 0000002", "step_000000002", "step_0000002",
+                           "step_00000002x", "step_", "step_99999999999999999999", "Step_00000002"})
+    CHECK_FALSE(parse_step_dir_name(name).has_value());
+}
+
+TEST_CASE("removing a checkpoint deletes what a save wrote and leaves everything else, named") {
+  const fs::path save = fresh_dir("remove");
+  const fs::path dir = write_two_rank_checkpoint(save, 2);
+  std::ofstream(dir / "extra.txt") << "mine";
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "model.bin.tmp.123") << "a save killed midway";
+  std::ofstream(dir / "notes.tmp.12") << "a user's file that only looks temporary";
+  fs::create_symlink("/etc/hostname", dir / "rank_00007.state");
+  std::vector<std::string> left = remove_checkpoint_dir(dir.string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{(dir / "extra.txt").string(), (dir / "notes.tmp.12").string(),
+                                         (dir / "rank_00007.state").string(), (dir / "sub").string()});
+  CHECK_FALSE(fs::exists(dir / "COMPLETE"));
+  CHECK_FALSE(fs::exists(dir / "model.bin"));
+  CHECK_FALSE(fs::exists(dir / "rank_00000.state"));
+  CHECK_FALSE(fs::exists(dir / "model.bin.tmp.123"));
+  CHECK(fs::exists(dir / "extra.txt"));
+  // Without a manifest (an interrupted save) a file under a save's name goes only if its
+  // format's magic says a save wrote it.
+  const fs::path partial = checkpoint_dir_name(save.string(), 3);
+  fs::create_directories(partial);
+  std::ofstream(partial / "model.bin") << "a user's own model.bin, not llm.c's format";
+  write_rank_state((partial / rank_state_name(0)).string(), shard_state(0));
+  std::ofstream(partial / rank_state_name(1)) << "not a rank state";
+  left = remove_checkpoint_dir(partial.string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{(partial / "model.bin").string(), (partial / rank_state_name(1)).string()});
+  // A directory link at a step's name is not descended into.
+  const fs::path elsewhere = fresh_dir("elsewhere");
+  write_rank_state((elsewhere / rank_state_name(0)).string(), shard_state(0));
+  fs::create_directory_symlink(elsewhere, checkpoint_dir_name(save.string(), 4));
+  CHECK(list_step_dirs(save.string()) ==
+        std::vector<std::string>{dir.string(), partial.string()});  // links are not step directories
+  CHECK(remove_checkpoint_dir(checkpoint_dir_name(save.string(), 4)).size() == 1);
+  CHECK(fs::exists(elsewhere / rank_state_name(0)));
+}
+
+TEST_CASE("a manifest names only a checkpoint's own files, and a bad field by its name") {
+  const fs::path save = fresh_dir("manifest_fields");
+  const fs::path dir = write_two_rank_checkpoint(save, 2);
+  const std::string complete = (dir / "COMPLETE").string();
+  auto with = [&](const std::string& files, const std::string& rest = "\"strategy\":\"ddp\",\"precision\":\"fp32\"") {
+    std::ofstream(complete) << "{\"format\":\"ringzero-checkpoint\",\"step\":2,\"world\":1," << rest
+                            << ",\"files\":" << files << "}";
+    return error_of([&] { read_manifest(dir.string()); });
+  };
+  CHECK(with("{\"../../etc/passwd\":{\"bytes\":1,\"fnv64\":\"0000000000000000\"}}")
+            .find("lists \"../../etc/passwd\", which is not a file a checkpoint holds") != std::string::npos);
+  CHECK(with("{\"model.bin\":{\"bytes\":1}}") == complete + ": file \"model.bin\": no \"fnv64\" field");
+  CHECK(with("{\"model.bin\":{\"bytes\":1,\"fnv64\":7}}") == complete + ": file \"model.bin\": \"fnv64\" is not a string");
+  CHECK(with("{}", "\"strategy\":3,\"precision\":\"fp32\"") == complete + ": \"strategy\" is not a string");
+  CHECK(with("{}", "\"precision\":\"fp32\"") == complete + ": no \"strategy\" field");
+  CHECK(with("[]") == complete + ": \"files\" is not an object of name -> {bytes, fnv64}");
+}
+
+TEST_CASE("a re-save of a step removes the temporaries a killed save left, and nothing else") {
+  const fs::path dir = fresh_dir("stale_tmp") / "step_00000004";
+  fs::create_directories(dir);
+  for (const char* name : {"model.bin.tmp.99", "rank_00001.state.tmp.5", "COMPLETE.tmp.7", "notes.tmp.3", "model.bin"})
+    std::ofstream(dir / name) << "x";
+  remove_stale_temporaries(dir.string());
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"model.bin", "notes.tmp.3"});
 }

@@ -1,6 +1,8 @@
 // Config (TOML + flags + validation), the LR schedule and the metrics line: known answers.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -88,9 +90,9 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   CHECK(error_of([&] { parse({bad_float}, cfg); }).find(":1: batch: expected an int, found a float") != std::string::npos);
   const std::string syntax = write_temp("e.toml", "lr = = 3\n");
   CHECK(error_of([&] { parse({syntax}, cfg); }).find(syntax + ":1: TOML syntax error") == 0);
-  CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("/nonexistent/x.toml") == 0);
-  CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a number, found 'fast'");
-  CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer, found '2x'");
+  CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("config file /nonexistent/x.toml: cannot open") == 0);
+  CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a finite number, found 'fast'");
+  CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer in [-2147483648, 2147483647], found '2x'");
   CHECK(error_of([&] { parse({"--no-such-flag", "1"}, cfg); }).find("--no-such-flag") != std::string::npos);
   CHECK(error_of([&] { set_config_value(cfg, "resume", "maybe"); }) ==
         "resume: expected no, yes or auto (or true/false), found 'maybe'");
@@ -185,4 +187,64 @@ TEST_CASE("a metrics record is one JSON object with every field") {
   CHECK(line.find("step  3/20") == 0);
   CHECK(line.find("ETA 1m15s") != std::string::npos);
   CHECK(line.find("r1 2.0M") != std::string::npos);
+}
+
+TEST_CASE("a key that would do nothing is an error naming what it needs") {
+  TrainConfig base;
+  base.data = "d/train_*.bin";
+  auto idle = [&](auto mutate) {
+    TrainConfig c = base;
+    mutate(c);
+    return error_of([&] { validate_config(c); });
+  };
+  CHECK(idle([](TrainConfig& c) { c.eval_every = 1; }) ==
+        "eval_every: does nothing without val_data (validation shards to evaluate on)");
+  CHECK(idle([](TrainConfig& c) { c.eval_every = 1; c.val_data = "v.bin"; }).empty());
+  CHECK(idle([](TrainConfig& c) { c.eval_batches = 2; }).find("eval_batches: does nothing without val_data") == 0);
+  CHECK(idle([](TrainConfig& c) { c.trace_steps = "1:2"; }).find("trace_steps: does nothing without trace") == 0);
+  CHECK(idle([](TrainConfig& c) { c.sample_top_k = 5; }).find("sample_top_k: does nothing without sample_every") == 0);
+  CHECK(idle([](TrainConfig& c) { c.sample_tokens = 5; }).find("sample_tokens: does nothing") == 0);
+  CHECK(idle([](TrainConfig& c) { c.save_every = 5; }).find("save_every: does nothing without save_dir") == 0);
+  CHECK(idle([](TrainConfig& c) { c.keep = 2; }).find("keep: does nothing without save_dir") == 0);
+  CHECK(idle([](TrainConfig& c) { c.overwrite = true; }).find("overwrite: does nothing without save_dir") == 0);
+  CHECK(idle([](TrainConfig& c) { c.max_consecutive_skips = 3; }).find("max_consecutive_skips: does nothing") == 0);
+  CHECK(idle([](TrainConfig& c) { c.max_consecutive_skips = 3; c.skip_nonfinite = true; }).empty());
+  CHECK(idle([](TrainConfig& c) { c.gpt2_dir = "gpt2"; }).find("gpt2_dir: does nothing without tokenizer = gpt2") == 0);
+  CHECK(idle([](TrainConfig& c) { c.transport = "tcp"; c.comm = "mpi"; }).find("transport: does nothing") == 0);
+  CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; }).find("buckets_in_flight: does nothing") == 0);
+  CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; c.strategy = StrategyKind::zero2; }).empty());
+  CHECK(idle([](TrainConfig& c) { c.grad_shard_fp32 = true; c.strategy = StrategyKind::zero2; })
+            .find("grad_shard_fp32: does nothing") == 0);  // fp32: the shard is fp32 already
+}
+
+TEST_CASE("numbers out of their type's range, non-finite numbers and thread counts are refused") {
+  TrainConfig cfg;
+  auto flag_error = [&](std::vector<std::string> args) { return error_of([&] { parse(std::move(args), cfg); }); };
+  CHECK(flag_error({"--seed", "-1"}) == "--seed: expected an integer in [0, 18446744073709551615], found '-1'");
+  CHECK(flag_error({"--seed", "18446744073709551616"}).find("--seed: expected an integer in [0, ") == 0);
+  CHECK(flag_error({"--seed", "1.8446744073709552e19"}).find("--seed: expected an integer") == 0);  // 2^64 as a float
+  CHECK(flag_error({"--total-batch-tokens", "9.3e18"}).find("--total-batch-tokens: expected an integer") == 0);
+  CHECK(flag_error({"--seed", "1e6"}).empty());
+  for (const char* v : {"nan", "inf", "-inf", "1e999", "0x1p99999"})
+    CHECK(flag_error({"--lr", v}).find("--lr: expected a finite number") == 0);
+  CHECK(flag_error({"--threads", "100000"}).find("--threads: expected 0 (OMP_NUM_THREADS or the launcher's share) or 1..") ==
+        0);
+  CHECK(flag_error({"--threads", "-2"}).find("--threads: expected 0") == 0);
+  CHECK(flag_error({"--threads", "1"}).empty());
+  CHECK(flag_error({"--bucket-mb", "1e30"}).find("--bucket-mb: expected a bucket size in MiB > 0") == 0);
+  const std::string toml = write_temp("nan.toml", "lr = nan\n");
+  CHECK(error_of([&] { load_config_toml(cfg, toml); }) == toml + ":1: lr: expected a finite number, found nan");
+  const std::string seed = write_temp("seed.toml", "seed = -1\n");
+  CHECK(error_of([&] { load_config_toml(cfg, seed); }).find(seed + ":1: seed: -1 is out of range") == 0);
+}
+
+TEST_CASE("a config path that is not a regular file is refused before it is read") {
+  TrainConfig cfg;
+  const fs::path dir = fs::path(write_temp("placeholder", "")).parent_path();
+  const std::string fifo = (dir / "config.fifo").string();
+  fs::remove(fifo);
+  REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+  CHECK(error_of([&] { load_config_toml(cfg, fifo); }) == "config file " + fifo + ": is a FIFO, not a regular file");
+  CHECK(error_of([&] { load_config_toml(cfg, dir.string()); }) ==
+        "config file " + dir.string() + ": is a directory, not a regular file");
 }

@@ -1,9 +1,12 @@
 // `ringzero plot` end to end: loss curves from --metrics files, memory by tag from
 // `ringzero memory --json` beside a measured --memory-report, comm-bench busbw from --json
-// and table outputs; PNG and SVG; the one-line errors (no gnuplot, bad --out, bad lines).
+// and table outputs; PNG and SVG; the one-line errors (no gnuplot, bad --out, bad lines,
+// a wrong field named with its file); and no injection into gnuplot through any flag,
+// file name or field (a marker file that must never appear).
 // Without gnuplot on PATH the whole test reports itself skipped (exit 77, SKIP_RETURN_CODE).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -200,4 +204,227 @@ TEST_CASE("plot trace draws each rank's compute and comm rows", "[plot]") {
   Result bad = run("plot trace --trace " + quote((work_dir() / "notrace.json").string()) + " --out " + quote(png.string()));
   CHECK(bad.status != 0);
   CHECK(bad.output.find("not a Chrome trace-event file") != std::string::npos);
+}
+
+namespace {
+
+// A payload that, if it ever reached gnuplot as code, would create `marker` in the
+// directory plot runs in: it ends the string and the command, runs `system`, and comments
+// out the rest of the line.
+std::string injection(const std::string& marker, char end = '\n') {
+  return std::string("x'") + end + "system \"touch " + marker + "\"" + end + "#";
+}
+
+// prefix + n, built by appending (GCC 12 warns falsely on "literal" + std::to_string(n)).
+std::string numbered(const char* prefix, int n) {
+  std::string s(prefix);
+  s += std::to_string(n);
+  return s;
+}
+
+// ringzero ARGS in dir, without a shell (the payloads hold quotes and newlines), bounded
+// by a deadline; stdout and stderr together.
+Result run_in(const fs::path& dir, const std::vector<std::string>& args) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::vector<std::string> argv_s = {RINGZERO_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    if (::chdir(dir.c_str()) != 0) _exit(126);
+    ::alarm(120);  // a hang fails the test (SIGALRM) instead of blocking CI
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ::close(fds[1]);
+  Result r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, size_t(n));
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string comm_line(const std::string& op, const std::string& transport) {
+  return json({{"op", op}, {"transport", transport}, {"nranks", 2}, {"bytes", 1024}, {"busbw_gbps", 1.5}}).dump() +
+         "\n";
+}
+
+}  // namespace
+
+TEST_CASE("plot: nothing from a flag, a file name or a file's field runs in gnuplot", "[plot]") {
+  const fs::path d = work_dir() / "inject";
+  fs::create_directories(d);
+  write_metrics(d / "ok.jsonl", 1.0);
+  write(d / "ok_comm.jsonl", comm_line("all_reduce", "tcp"));
+  Result est = run("memory --model tiny --precision fp32 --nranks 2 --json");
+  REQUIRE(est.status == 0);
+  int n = 0;
+  // Each case: the command (with MARKER where the payload's marker goes); whether it must
+  // be refused, and then what the error names.
+  using Args = std::vector<std::string>;
+  struct Case {
+    std::string what;
+    std::function<Args(const std::string& payload)> args;
+    const char* names;  // what the error names
+  };
+  auto metrics_named = [&](const std::string& payload) {
+    const std::string name = numbered("m", n) + payload + ".jsonl";
+    write_metrics(d / name, 1.0);
+    return Args{"plot", "loss", "--metrics", name, "--out", "o.png"};
+  };
+  auto comm_file = [&](const std::string& op, const std::string& transport) {
+    const std::string name = numbered("c", n) + ".jsonl";
+    write(d / name, comm_line(op, transport));
+    return Args{"plot", "comm", "--results", name, "--out", "o.png"};
+  };
+  auto estimate_with_strategy = [&](const std::string& s) {
+    json j = json::parse(est.output);
+    j["rows"][0]["strategy"] = s;
+    write(d / "e.json", j.dump());
+    return Args{"plot", "memory", "--estimate", "e.json", "--out", "o.png"};
+  };
+  auto measured_with_strategy = [&](const std::string& s) {
+    json rep = {{"strategy", s}, {"nranks", 1}, {"ranks", {{{"rank", 0}, {"peak", {{"params", 1 << 20}}}}}}};
+    write(d / "m.json", rep.dump());
+    return Args{"plot", "memory", "--measured", "m.json", "--out", "o.png"};
+  };
+  const std::vector<Case> cases = {
+      {"comm: \"op\" of a result line", [&](const std::string& p) { return comm_file(p, "tcp"); }, "\"op\""},
+      {"comm: \"transport\"", [&](const std::string& p) { return comm_file("all_reduce", p); }, "\"transport\""},
+      {"loss: a metrics file name (the default label)", metrics_named, "the default label"},
+      {"comm: a table file name (the default label)",
+       [&](const std::string& p) {
+         const std::string name = numbered("t", n) + p + ".txt";
+         write(d / name, "1024 256 5.0 0.2 0.2 0\n");
+         return Args{"plot", "comm", "--results", name, "--out", "o.png"};
+       },
+       "the default label"},
+      {"loss --label", [&](const std::string& p) { return Args{"plot", "loss", "--metrics", "ok.jsonl", "--label", p, "--out", "o.png"}; },
+       "--label"},
+      {"comm --label",
+       [&](const std::string& p) { return Args{"plot", "comm", "--results", "ok_comm.jsonl", "--label", p, "--out", "o.png"}; },
+       "--label"},
+      {"loss --title", [&](const std::string& p) { return Args{"plot", "loss", "--metrics", "ok.jsonl", "--title", p, "--out", "o.png"}; },
+       "--title"},
+      {"memory --title",
+       [&](const std::string& p) {
+         Args a = estimate_with_strategy("zero2");
+         a.insert(a.end(), {"--title", p});
+         return a;
+       },
+       "--title"},
+      {"trace --title",
+       [&](const std::string& p) {
+         json t = {{"traceEvents",
+                    {{{"ph", "X"}, {"pid", 0}, {"tid", 1}, {"name", "forward layer 0"}, {"ts", 0}, {"dur", 10}}}}};
+         write(d / "tr.json", t.dump());
+         return Args{"plot", "trace", "--trace", "tr.json", "--title", p, "--out", "o.png"};
+       },
+       "--title"},
+      {"memory: \"strategy\" of an estimate", estimate_with_strategy, "\"strategy\""},
+      {"memory: \"strategy\" of a measured report", measured_with_strategy, "\"strategy\""},
+      {"--out", [&](const std::string& p) { return Args{"plot", "loss", "--metrics", "ok.jsonl", "--out", "o" + p + ".png"}; },
+       "--out"},
+  };
+  for (const Case& c : cases) {
+    for (char end : {'\n', '\r'}) {
+      ++n;
+      const std::string marker = numbered("MARK", n);
+      Result r = run_in(d, c.args(injection(marker, end)));
+      INFO(c.what << " (end byte " << int(end) << "): " << r.output);
+      CHECK(!fs::exists(d / marker));
+      CHECK(r.status != 0);
+      CHECK(r.output.find(c.names) != std::string::npos);
+      CHECK(r.output.find("control character") != std::string::npos);
+      CHECK(r.output.find('\n') == r.output.size() - 1);  // one line
+    }
+  }
+  // Gnuplot's own expansions stay inert inside the script's single quotes: backquotes,
+  // @macros, a quote that tries to end the string; '|' before an output path would pipe
+  // the picture into a shell.
+  for (const std::string& label : {std::string("`touch MARK_bq`"), std::string("@x `touch MARK_at`"),
+                                   std::string("it's' . system(\"touch MARK_q\") . '")}) {
+    Result r = run_in(d, {"plot", "loss", "--metrics", "ok.jsonl", "--label", label, "--out", "lbl.png"});
+    INFO(r.output);
+    CHECK(r.status == 0);
+  }
+  Result pipe_out = run_in(d, {"plot", "loss", "--metrics", "ok.jsonl", "--out", "|touch MARK_pipe;.png"});
+  INFO(pipe_out.output);
+  CHECK(read(d / "lbl.png.gp").find("'it''s'' . system(\"touch MARK_q\") . '' loss'") != std::string::npos);
+  for (const char* m : {"MARK_bq", "MARK_at", "MARK_q", "MARK_pipe", "MARK_pipe;.png"}) CHECK(!fs::exists(d / m));
+  // Text that would be refused more quietly by gnuplot 6: its \U+ escapes, C1 controls, bad UTF-8.
+  for (const std::string& bad : {std::string("a\\U+000Asystem"), std::string("a\xc2\x85" "b"), std::string("a\xff")}) {
+    Result r = run_in(d, {"plot", "loss", "--metrics", "ok.jsonl", "--label", bad, "--out", "bad.png"});
+    INFO(r.output);
+    CHECK(r.status != 0);
+    CHECK(r.output.find("--label") != std::string::npos);
+  }
+}
+
+TEST_CASE("plot: a wrong field in an input file names the file and the field, not the JSON library", "[plot]") {
+  const fs::path d = work_dir() / "fields";
+  fs::create_directories(d);
+  Result est = run("memory --model tiny --precision fp32 --nranks 2 --json");
+  REQUIRE(est.status == 0);
+  json e1 = json::parse(est.output), e2 = e1, e3 = e1;
+  e1["rows"][0]["nranks"] = "2";
+  e2["rows"][0]["bytes_by_tag"]["params"] = "lots";
+  e3["rows"][0]["strategy"] = 7;
+  struct Case {
+    std::string file, text, cmd, field;
+  };
+  const std::vector<Case> cases = {
+      {"l1.jsonl", "{\"step\": 1, \"loss\": \"abc\"}\n", "plot loss --metrics", "\"loss\""},
+      {"l2.jsonl", "{\"step\": \"one\", \"loss\": 1}\n", "plot loss --metrics", "\"step\""},
+      {"l3.jsonl", "[1, 2]\n", "plot loss --metrics", "not a JSON object"},
+      {"c1.jsonl", "{\"op\": 5, \"bytes\": 1024, \"busbw_gbps\": 1}\n", "plot comm --results", "\"op\""},
+      {"c2.jsonl", "{\"op\": \"x\", \"nranks\": 2.5, \"bytes\": 1024, \"busbw_gbps\": 1}\n", "plot comm --results",
+       "\"nranks\""},
+      {"c3.jsonl", "{\"bytes\": \"1K\", \"busbw_gbps\": 1}\n", "plot comm --results", "\"bytes\""},
+      {"c4.jsonl", "{\"bytes\": 1e300, \"busbw_gbps\": 1}\n", "plot comm --results", "2^60"},
+      {"c5.txt", "1024 256 5.0 0.2 nan 0\n", "plot comm --results", "busbw"},
+      {"e1.json", e1.dump(), "plot memory --estimate", "\"nranks\""},
+      {"e2.json", e2.dump(), "plot memory --estimate", "\"params\""},
+      {"e3.json", e3.dump(), "plot memory --estimate", "\"strategy\""},
+      {"m1.json", "{\"strategy\": 7, \"nranks\": 1, \"ranks\": []}", "plot memory --measured", "\"strategy\""},
+      {"m2.json", "{\"strategy\": \"ddp\", \"nranks\": 1, \"ranks\": {\"a\": 1}}", "plot memory --measured", "\"ranks\""},
+      {"m3.json", "{\"strategy\": \"ddp\", \"nranks\": 1, \"ranks\": [{\"rank\": \"0\", \"peak\": {}}]}",
+       "plot memory --measured", "\"rank\""},
+      {"t1.json", "{\"traceEvents\": [{\"ph\": \"X\", \"pid\": \"0\", \"ts\": 0, \"dur\": 1}]}", "plot trace --trace",
+       "\"pid\""},
+      {"t2.json", "{\"traceEvents\": [3]}", "plot trace --trace", "traceEvents[0]"},
+      {"t3.json", "{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 0, \"name\": [], \"ts\": 0, \"dur\": 1}]}",
+       "plot trace --trace", "\"name\""},
+      {"t4.json", "{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 5000, \"ts\": 0, \"dur\": 1}]}", "plot trace --trace",
+       "\"pid\""},
+      {"t5.json", "{\"traceEvents\": [{\"ph\": \"C\", \"pid\": 0, \"ts\": 0, \"args\": {\"value\": \"x\"}}]}",
+       "plot trace --trace", "\"value\""},
+  };
+  for (const Case& c : cases) {
+    write(d / c.file, c.text);
+    Result r = run(c.cmd + " " + quote((d / c.file).string()) + " --out " + quote((d / "x.png").string()));
+    INFO(c.file << ": " << r.output);
+    CHECK(r.status != 0);
+    CHECK(r.output.find(c.file) != std::string::npos);
+    CHECK(r.output.find(c.field) != std::string::npos);
+    CHECK(r.output.find("json.exception") == std::string::npos);
+    CHECK(r.output.find("type_error") == std::string::npos);
+  }
+  // Not a regular file: refused before it is read (a FIFO would block forever).
+  REQUIRE(::mkfifo((d / "fifo.jsonl").c_str(), 0600) == 0);
+  Result fifo = run("plot loss --metrics " + quote((d / "fifo.jsonl").string()) + " --out " + quote((d / "x.png").string()));
+  CHECK(fifo.status != 0);
+  CHECK(fifo.output.find("not a regular file") != std::string::npos);
+  Result dir = run("plot comm --results " + quote(d.string()) + " --out " + quote((d / "x.png").string()));
+  CHECK(dir.status != 0);
+  CHECK(dir.output.find("not a regular file") != std::string::npos);
 }

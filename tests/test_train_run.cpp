@@ -335,7 +335,7 @@ TEST_CASE("damaged checkpoints, missing data and bad values are one-line errors 
   SECTION("bad flag value, and a flag that does not exist") {
     Result r = run_ringzero("train --data x.bin --lr fast");
     CHECK(r.status == 1);
-    CHECK(r.output == "ringzero train: error: --lr: expected a number, found 'fast'\n");
+    CHECK(r.output == "ringzero train: error: --lr: expected a finite number, found 'fast'\n");
     r = run_ringzero("train --data x.bin --learning-rate 3");
     CHECK(r.status == 1);
     CHECK(r.output.find("--learning-rate") != std::string::npos);

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "base/trace.h"
+#include "comm/factory.h"
 #include "train/timeline.h"
 
 #include "tests/run_ringzero.h"
@@ -241,4 +242,126 @@ TEST_CASE("trace steps parse as A:B", "[trace]") {
   CHECK(rz::parse_trace_steps("3").last == 3);
   CHECK_THROWS_WITH(rz::parse_trace_steps("8:5"), Catch::Contains("trace_steps"));
   CHECK_THROWS_WITH(rz::parse_trace_steps(""), Catch::Contains("trace_steps"));
+}
+
+namespace {
+
+// A device clock for host tests: stamp k reads 1000 + 250 k microseconds after its origin.
+struct FakeDeviceClock : rz::trace::DeviceClock {
+  int origins = 0, recycles = 0;
+  uint64_t next = 0;
+  std::vector<uint64_t> read;
+  void set_origin() override { ++origins; }
+  uint64_t stamp() override { return next++; }
+  double since_origin_us(uint64_t ticket) override {
+    REQUIRE(ticket < next);
+    read.push_back(ticket);
+    return 1000.0 + 250.0 * double(ticket);
+  }
+  void recycle() override {
+    ++recycles;
+    next = 0;
+  }
+};
+
+json events_of(int rank) {
+  std::string text = "[";
+  text += rz::trace::rank_events_json(rank);
+  text += ']';
+  return json::parse(text);
+}
+
+}  // namespace
+
+TEST_CASE("a rank with a device clock records device time, other ranks host time", "[trace]") {
+  namespace trace = rz::trace;
+  FakeDeviceClock clock;
+  trace::stop();
+  trace::set_device_clock(4, &clock);
+  trace::start();
+  CHECK(clock.origins == 1);
+  trace::set_thread_rank(4);
+  {
+    RZ_TRACE_SCOPE("outer");  // tickets 0 and 3
+    { RZ_TRACE_SCOPE("inner", 2); }  // tickets 1 and 2
+  }
+  CHECK(clock.next == 4);
+  CHECK(clock.read.empty());  // recording never waits for the device
+  trace::resolve();
+  CHECK(clock.read.size() == 4);
+  CHECK(clock.recycles == 1);
+  {
+    RZ_TRACE_SCOPE("across");  // ticket 0 held over a resolve: no recycle until it is in
+    trace::resolve();
+    CHECK(clock.recycles == 1);
+  }
+  trace::resolve();
+  CHECK(clock.recycles == 2);
+  trace::set_thread_rank(5);
+  { RZ_TRACE_SCOPE("host"); }
+  trace::set_thread_rank(4);
+  { RZ_TRACE_SCOPE("pending"); }  // resolved when the clock is cleared
+  trace::set_device_clock(4, nullptr);
+  { RZ_TRACE_SCOPE("after"); }    // host time again
+  trace::stop();
+
+  const json ev = events_of(4);
+  REQUIRE(ev.size() == 5);
+  std::map<std::string, json> by_name;
+  for (const json& e : ev) by_name[e["name"]] = e;
+  const double origin = by_name["outer"]["ts"].get<double>() - 1000.0;
+  CHECK(origin >= 0.0);
+  CHECK(by_name["outer"]["dur"].get<double>() == Approx(750.0).margin(1e-3));
+  CHECK(by_name["inner 2"]["ts"].get<double>() == Approx(origin + 1250.0).margin(1e-3));
+  CHECK(by_name["inner 2"]["dur"].get<double>() == Approx(250.0).margin(1e-3));
+  CHECK(by_name["across"]["dur"].get<double>() == Approx(250.0).margin(1e-3));  // tickets 0, 1
+  CHECK(by_name["pending"]["dur"].get<double>() == Approx(250.0).margin(1e-3));
+  CHECK(by_name["after"]["dur"].get<double>() < 1e5);  // host microseconds, not the fake's
+  const json host = events_of(5);
+  REQUIRE(host.size() == 1);
+  CHECK(host[0]["dur"].get<double>() >= 0.0);
+  CHECK(host[0]["dur"].get<double>() < 1e5);
+
+  // A clock that dies first takes its unresolved spans with it, and is never called again.
+  FakeDeviceClock gone;
+  trace::set_device_clock(4, &gone);
+  trace::start();
+  { RZ_TRACE_SCOPE("lost"); }
+  trace::forget_device_clock(&gone);
+  { RZ_TRACE_SCOPE("kept"); }
+  trace::stop();
+  const json after = events_of(4);
+  REQUIRE(after.size() == 1);
+  CHECK(after[0]["name"] == "kept");
+  CHECK(gone.read.empty());
+}
+
+TEST_CASE("the trace window stamps a GPU rank's steps on its device clock", "[trace]") {
+  FakeDeviceClock clock;
+  rz::trace::set_thread_rank(0);
+  rz::CommOptions opts;
+  auto comms = rz::make_thread_communicators(1, opts);
+  const fs::path out = work_dir() / "device_clock.json";
+  {
+    rz::TraceWindow window(out.string(), rz::TraceSteps{1, 1}, 1, "fake gpu", &clock);
+    window.begin_step(*comms[0], 1);  // tickets 0 (step start) and 1 (overlap counter)
+    CHECK(clock.origins == 1);
+    { RZ_TRACE_SCOPE("forward"); }    // tickets 2, 3
+    window.end_step(*comms[0], 1, 0.5);  // ticket 4 ends the step, then the file is written
+  }
+  CHECK(clock.read.size() == 5);
+  const json t = read_json(out);
+  std::map<std::string, json> by_name;
+  for (const json& e : t["traceEvents"])
+    if (e["ph"] != "M") by_name[e["name"]] = e;
+  REQUIRE(by_name.count("step 1") == 1);
+  CHECK(by_name["step 1"]["dur"].get<double>() == Approx(1000.0).margin(1e-3));  // tickets 0 .. 4
+  CHECK(by_name["forward"]["dur"].get<double>() == Approx(250.0).margin(1e-3));
+  CHECK(by_name["overlap %"]["ts"].get<double>() == Approx(by_name["step 1"]["ts"].get<double>() + 250.0).margin(1e-3));
+  // Written and closed: the clock is no longer registered, later spans are host time.
+  rz::trace::start();
+  rz::trace::set_thread_rank(0);
+  { RZ_TRACE_SCOPE("host again"); }
+  rz::trace::stop();
+  CHECK(clock.next == 0);  // recycled, and not stamped again
 }

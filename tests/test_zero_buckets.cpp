@@ -38,7 +38,10 @@ TEST_CASE("buckets take whole tensors greedily up to the cap") {
   REQUIRE(p.buckets[2].numel() == 150);  // bigger than the cap: a bucket of its own
   REQUIRE(p.buckets[3].numel() == 10);
   REQUIRE(p.buckets[3].first_tensor == 5);
-  REQUIRE(p.padded_total == lay.total);
+  // N = 1 pads nothing; only the last bucket moves from 330 to 332, 16-byte aligned.
+  REQUIRE(p.buckets[3].padded_offset == 332);
+  REQUIRE(p.padded_total == lay.total + 2);
+  REQUIRE(p.owned_numel() == lay.total);
   // The same cap in bf16 holds twice the elements.
   BucketPlan q = build_bucket_plan(lay, 400.0 / kMiB, 2, 1);
   REQUIRE(q.buckets.size() == 2);  // [30 50 40 60] [150 10]
@@ -51,14 +54,16 @@ TEST_CASE("buckets pad so N divides them, and shards partition each bucket") {
   for (int n : {1, 2, 3, 4, 8}) {
     BucketPlan p = build_bucket_plan(lay, 40.0 / kMiB, 4, n);  // cap 10 elements
     REQUIRE(p.buckets.size() == 3);  // 7 | 5 3 | 11
-    size_t covered = 0;
+    size_t covered = 0, owned_before = 0;
     for (int b = 0; b < static_cast<int>(p.buckets.size()); ++b) {
       const Bucket& bk = p.buckets[b];
       REQUIRE(bk.padded % n == 0);
       REQUIRE(bk.padded >= bk.numel());
       REQUIRE(bk.padded - bk.numel() < static_cast<size_t>(n));
       REQUIRE(bk.shard * n == bk.padded);
-      REQUIRE(p.owned_offset(b) * n == bk.padded_offset);
+      REQUIRE(bk.padded_offset % (kBucketAlignBytes / 4) == 0);  // 16 bytes of fp32
+      REQUIRE(p.owned_offset(b) == owned_before);
+      owned_before += bk.shard;
       for (int r = 0; r < n; ++r) {
         auto [lo, hi] = p.owned_layout_range(b, r);
         REQUIRE(lo == covered);
@@ -71,7 +76,8 @@ TEST_CASE("buckets pad so N divides them, and shards partition each bucket") {
       }
     }
     REQUIRE(covered == lay.total);
-    REQUIRE(p.owned_numel() * n == p.padded_total);
+    REQUIRE(p.owned_numel() == owned_before);
+    REQUIRE(p.padded_total == p.buckets.back().padded_offset + p.buckets.back().padded);
   }
 }
 
@@ -83,9 +89,12 @@ TEST_CASE("5 + 3 fits a cap of 10 and shares a bucket") {
   REQUIRE(p.buckets[1].num_tensors == 2);
   REQUIRE(p.buckets[1].padded == 9);
   REQUIRE(p.buckets[2].padded == 12);
-  REQUIRE(p.padded_total == 9 + 9 + 12);
-  REQUIRE(p.padded_index(7) == 9);    // first element of bucket 1
-  REQUIRE(p.padded_index(15) == 18);  // first element of bucket 2 (the 11)
+  // Each bucket starts 16-byte aligned (4 fp32 elements): 0, 12 (after 9), 24 (after 12 + 9).
+  REQUIRE(p.padded_total == 24 + 12);
+  REQUIRE(p.padded_index(7) == 12);   // first element of bucket 1
+  REQUIRE(p.padded_index(15) == 24);  // first element of bucket 2 (the 11)
+  REQUIRE(p.owned_numel() == 3 + 3 + 4);
+  REQUIRE(p.owned_offset(2) == 6);
   REQUIRE(p.bucket_of(14) == 1);
   REQUIRE(p.bucket_of(25) == 2);
 }
@@ -134,6 +143,36 @@ TEST_CASE("cut at units, every unit (layer, lnf, embeddings) is a run of whole b
   REQUIRE(paper_formula(StrategyKind::zero3, Precision::fp32, 4).total() == 4.0);
 }
 
+// cuBLASLt is planned for the alignment a GEMM's shape allows (kernels/gemm_alignment.h),
+// and each operand must meet it. A weight gradient sits at padded_index(offset) in ddp's and
+// zero1's buffer and at (offset - bucket begin) in a zero2 staging buffer: both must be
+// 16-byte aligned whenever C is, for every N, precision and bucket size, so that the three
+// strategies run the same algorithm on the same numbers.
+TEST_CASE("every gradient is 16-byte aligned in ddp's padded buffer and in zero2's staging") {
+  GPT2Config odd = model_preset("tiny");
+  odd.channels = 24;  // 96 bytes in fp32, 48 in bf16: still 16-byte aligned
+  odd.num_heads = 3;
+  finalize_config(odd);
+  for (const GPT2Config& cfg : {model_preset("tiny"), model_preset("d2"), odd}) {
+    const ParamLayout lay = build_param_layout(cfg);
+    for (size_t es : {size_t(2), size_t(4)}) {
+      REQUIRE(size_t(cfg.channels) * es % kBucketAlignBytes == 0);
+      for (int n : {1, 2, 3, 4, 5}) {
+        for (double mb : {1e-6, 0.01, 1e3}) {
+          INFO("C " << cfg.channels << ", " << es << "-byte elements, N " << n << ", bucket_mb " << mb);
+          const BucketPlan p = build_bucket_plan(lay, mb, es, n);
+          for (const Bucket& bk : p.buckets) REQUIRE(bk.padded_offset * es % kBucketAlignBytes == 0);
+          for (const ParamTensor& t : lay.tensors) {
+            const Bucket& bk = p.buckets[p.bucket_of(t.offset)];
+            REQUIRE(p.padded_index(t.offset) * es % kBucketAlignBytes == 0);  // ddp, zero1
+            REQUIRE((t.offset - bk.begin) * es % kBucketAlignBytes == 0);     // zero2 staging
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("model-state formulas match the seed article and the ZeRO paper") {
   // Seed article: 7B parameters, bf16 mixed precision, AdamW, DDP: 16 bytes/param = 112 GB.
   PerParamBytes ddp = paper_formula(StrategyKind::ddp, Precision::bf16, 8);
@@ -163,7 +202,7 @@ TEST_CASE("exact state bytes follow the plan's padding") {
   REQUIRE(p.buckets[1].padded == 12);
   ExactStateBytes d = exact_state_bytes(p, StrategyKind::ddp, Precision::bf16, StagingPool{});
   REQUIRE(d.params == 26 * 2);
-  REQUIRE(d.grads == 27 * 2);
+  REQUIRE(d.grads == (16 + 12) * 2);  // bucket 1 starts at element 16 (15 + 1 to align 16 bytes)
   REQUIRE(d.master == 26 * 4);
   REQUIRE(d.staging == 0);
   const StagingPool pool = zero2_staging_pool(lay, p, 2);

@@ -3,7 +3,11 @@
 
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
+#include <optional>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,14 +20,15 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "model/llmc_file.h"
 
 namespace fs = std::filesystem;
 
 namespace rz {
 namespace {
 
-constexpr uint64_t kStateMagic = 0x3145544154535a52ull;  // "RZSTATE1" little-endian
-constexpr uint64_t kStateVersion = 1;
+constexpr uint64_t kRankStateMagic = 0x3145544154535a52ull;  // "RZSTATE1" little-endian
+constexpr uint64_t kRankStateVersion = 1;
 constexpr size_t kHeaderWords = 16;
 constexpr size_t kChecksumWord = 12;
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
@@ -38,6 +43,7 @@ uint64_t fnv_update(uint64_t h, const void* data, size_t bytes) {
 }  // namespace
 
 uint64_t file_fnv64(const std::string& path) {
+  check_input_file(path, "checkpoint file");
   std::ifstream in(path, std::ios::binary);
   RZ_CHECK(in.good(), "%s: cannot open checkpoint file", path.c_str());
   std::vector<char> buf(1 << 16);
@@ -67,10 +73,9 @@ namespace {
 class ReadFile {
  public:
   ReadFile(const std::string& path, const char* what) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    RZ_CHECK(fd_ >= 0, "%s: cannot open %s: %s", path.c_str(), what, std::strerror(errno));
+    fd_ = open_input_file(path, what);  // a FIFO or directory planted there: refused, never blocks
     struct stat st;
-    RZ_CHECK(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), "%s: not a regular file", path.c_str());
+    RZ_CHECK(::fstat(fd_, &st) == 0, "%s: cannot stat %s: %s", path.c_str(), what, std::strerror(errno));
     size_ = static_cast<uint64_t>(st.st_size);
   }
   ~ReadFile() { ::close(fd_); }
@@ -104,7 +109,7 @@ uint64_t state_data_offset(uint64_t nranges) { return kHeaderWords * 8 + nranges
 
 void write_rank_state(const std::string& path, const RankState& s, const StateSource& source) {
   const uint64_t nfloats = s.nfloats();
-  uint64_t header[kHeaderWords] = {kStateMagic, kStateVersion, static_cast<uint64_t>(s.rank),
+  uint64_t header[kHeaderWords] = {kRankStateMagic, kRankStateVersion, static_cast<uint64_t>(s.rank),
                                    static_cast<uint64_t>(s.world), s.step, s.optimizer_step,
                                    s.layout_total, s.ranges.size(), nfloats, s.loader_epoch,
                                    s.loader_next_window, s.rng_state, 0, 0, 0, 0};
@@ -167,9 +172,9 @@ RankState read_rank_state_header(const std::string& path) {
   RZ_CHECK(size >= sizeof(h), "%s: truncated rank state (%llu bytes, header needs %zu)", path.c_str(),
            static_cast<unsigned long long>(size), sizeof(h));
   in.read_at(0, h, sizeof(h));
-  RZ_CHECK(h[0] == kStateMagic, "%s: not a ringzero rank state file (bad magic)", path.c_str());
-  RZ_CHECK(h[1] == kStateVersion, "%s: rank state version %llu, expected %llu", path.c_str(),
-           static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(kStateVersion));
+  RZ_CHECK(h[0] == kRankStateMagic, "%s: not a ringzero rank state file (bad magic)", path.c_str());
+  RZ_CHECK(h[1] == kRankStateVersion, "%s: rank state version %llu, expected %llu", path.c_str(),
+           static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(kRankStateVersion));
   const uint64_t nranges = h[7], nfloats = h[8];
   // Check the sizes before allocating anything they imply.
   RZ_CHECK(nranges < (1ull << 32) && nfloats < (1ull << 40) &&
@@ -259,6 +264,7 @@ void write_manifest(const std::string& dir, uint64_t step, int world, const std:
 
 CheckpointManifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "COMPLETE").string();
+  check_input_file(path, "checkpoint manifest");
   std::ifstream in(path);
   RZ_CHECK(in.good(), "%s: cannot open checkpoint manifest", path.c_str());
   CheckpointManifest m;
@@ -269,61 +275,166 @@ CheckpointManifest read_manifest(const std::string& dir) {
              path.c_str(), key, static_cast<unsigned long long>(max));
     return v.get<uint64_t>();
   };
+  // Each field by name, so a damaged manifest says which one is wrong.
+  auto field = [&path](const nlohmann::json& obj, const std::string& where, const char* key) -> const nlohmann::json& {
+    RZ_CHECK(obj.is_object() && obj.contains(key), "%s: %sno \"%s\" field", path.c_str(), where.c_str(), key);
+    return obj.at(key);
+  };
+  auto text = [&path](const nlohmann::json& v, const std::string& where, const char* key) {
+    RZ_CHECK(v.is_string(), "%s: %s\"%s\" is not a string", path.c_str(), where.c_str(), key);
+    return v.get<std::string>();
+  };
+  nlohmann::json j;
   try {
-    nlohmann::json j = nlohmann::json::parse(in);
-    RZ_CHECK(j.at("format") == "ringzero-checkpoint", "%s: not a ringzero checkpoint manifest", path.c_str());
-    m.step = integer(j.at("step"), "step", UINT64_MAX);
-    m.world = static_cast<int>(integer(j.at("world"), "world", 65536));
-    m.strategy = j.at("strategy").get<std::string>();
-    m.precision = j.at("precision").get<std::string>();
-    for (auto& [name, f] : j.at("files").items()) {
-      const std::string hex = f.at("fnv64").get<std::string>();
-      m.files.push_back({name, {integer(f.at("bytes"), "bytes", UINT64_MAX), std::stoull(hex, nullptr, 16)}});
-    }
-  } catch (const Error&) {
-    throw;
+    j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
     RZ_FAIL("%s: malformed checkpoint manifest (%s)", path.c_str(), e.what());
+  }
+  RZ_CHECK(j.is_object() && j.contains("format") && j["format"] == "ringzero-checkpoint",
+           "%s: not a ringzero checkpoint manifest (no \"format\": \"ringzero-checkpoint\")", path.c_str());
+  m.step = integer(field(j, "", "step"), "step", UINT64_MAX);
+  m.world = static_cast<int>(integer(field(j, "", "world"), "world", 65536));
+  m.strategy = text(field(j, "", "strategy"), "", "strategy");
+  m.precision = text(field(j, "", "precision"), "", "precision");
+  const nlohmann::json& files = field(j, "", "files");
+  RZ_CHECK(files.is_object(), "%s: \"files\" is not an object of name -> {bytes, fnv64}", path.c_str());
+  for (auto& [name, f] : files.items()) {
+    // Only the names a save writes: a manifest never points outside its directory.
+    int r = -1;
+    RZ_CHECK(name == "model.bin" || (std::sscanf(name.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
+                                     name == rank_state_name(r)),
+             "%s: lists \"%s\", which is not a file a checkpoint holds (model.bin, rank_NNNNN.state)", path.c_str(),
+             name.c_str());
+    const std::string where = "file \"" + name + "\": ";
+    const std::string hex = text(field(f, where, "fnv64"), where, "fnv64");
+    RZ_CHECK(hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos,
+             "%s: %s\"fnv64\" is not 16 hex digits", path.c_str(), where.c_str());
+    m.files.push_back({name, {integer(field(f, where, "bytes"), "bytes", UINT64_MAX), std::stoull(hex, nullptr, 16)}});
   }
   RZ_CHECK(m.world >= 1 && m.world <= 65536, "%s: world %d out of range", path.c_str(), m.world);
   return m;
 }
 
-std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const std::string& save_dir) {
+std::optional<uint64_t> parse_step_dir_name(const std::string& name) {
+  if (name.size() < 13 || name.rfind("step_", 0) != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos)
+    return std::nullopt;
+  uint64_t step = 0;
+  const auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
+  if (ec != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  // Exactly as checkpoint_dir_name spells it: step_00000002 yes, step_000000002 no.
+  if (name != strfmt("step_%08llu", static_cast<unsigned long long>(step))) return std::nullopt;
+  return step;
+}
+
+namespace {
+
+// Real directories (not links to one) named as checkpoint_dir_name names them, by step.
+std::vector<std::pair<uint64_t, std::string>> step_dirs(const std::string& save_dir) {
   std::vector<std::pair<uint64_t, std::string>> out;
-  if (!fs::is_directory(save_dir)) return out;
-  for (const auto& e : fs::directory_iterator(save_dir)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
-    uint64_t step = 0;
-    try {
-      size_t used = 0;
-      step = std::stoull(name.substr(5), &used);
-      if (used != name.size() - 5) continue;
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (fs::exists(e.path() / "COMPLETE")) out.emplace_back(step, e.path().string());
+  std::error_code ec;
+  if (!fs::is_directory(save_dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
+    const auto step = parse_step_dir_name(e.path().filename().string());
+    std::error_code lec;
+    if (step && e.symlink_status(lec).type() == fs::file_type::directory) out.emplace_back(*step, e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-void prune_checkpoints(const std::string& save_dir, int keep) {
+bool starts_with_bytes(const fs::path& p, const void* magic, size_t n) {
+  std::ifstream in(p, std::ios::binary);
+  std::string head(n, '\0');
+  return in.read(head.data(), static_cast<std::streamsize>(n)) && std::memcmp(head.data(), magic, n) == 0;
+}
+
+// Whether `name` in a step directory is a file save writes: COMPLETE, model.bin,
+// rank_NNNNN.state, or the temporary "<one of those>.tmp.<pid>" AtomicFile writes first.
+// A file under a real name must also be listed in the manifest, or (an interrupted save,
+// no manifest) start with its format's magic.
+// "model.bin", "rank_NNNNN.state" or "COMPLETE", the names a save writes (no temporary suffix).
+bool save_file_name(const std::string& base) {
+  int r = 0;
+  return base == "COMPLETE" || base == "model.bin" ||
+         (base.size() == 16 && std::sscanf(base.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
+          base == rank_state_name(r));
+}
+
+// "<save file name>.tmp.<pid>": what AtomicFile writes before its rename.
+bool save_temporary_name(const std::string& name) {
+  const size_t t = name.rfind(".tmp.");
+  return t != std::string::npos && t + 5 < name.size() &&
+         name.find_first_not_of("0123456789", t + 5) == std::string::npos && save_file_name(name.substr(0, t));
+}
+
+bool written_by_save(const fs::path& file, const std::string& name, const std::set<std::string>& listed) {
+  if (save_temporary_name(name)) return true;
+  const std::string& base = name;
+  if (!save_file_name(base)) return false;
+  if (base == "COMPLETE" || listed.count(base) > 0) return true;
+  if (base == "model.bin") {
+    const int32_t magic = kModelMagic;
+    return starts_with_bytes(file, &magic, sizeof(magic));
+  }
+  return starts_with_bytes(file, &kRankStateMagic, sizeof(kRankStateMagic));
+}
+
+}  // namespace
+
+void remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::error_code fec;
+    if (e.symlink_status(fec).type() == fs::file_type::regular && save_temporary_name(e.path().filename().string()))
+      fs::remove(e.path(), fec);
+  }
+}
+
+std::vector<std::string> remove_checkpoint_dir(const std::string& dir) {
+  std::vector<std::string> left;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir, ec);
+  if (ec || st.type() == fs::file_type::not_found) return left;
+  if (st.type() != fs::file_type::directory) return {dir + " (not a directory ringzero made)"};
+  std::set<std::string> listed;  // the manifest's files, when it reads
+  try {
+    for (const auto& f : read_manifest(dir).files) listed.insert(f.first);
+  } catch (const Error&) {
+  }
+  // COMPLETE first: a checkpoint half removed is never taken for a complete one.
+  const fs::path complete = fs::path(dir) / "COMPLETE";
+  if (fs::symlink_status(complete, ec).type() == fs::file_type::regular) fs::remove(complete, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code fec;
+    const bool regular = e.symlink_status(fec).type() == fs::file_type::regular;
+    if (regular && written_by_save(e.path(), name, listed) && fs::remove(e.path(), fec)) continue;
+    left.push_back((fs::path(dir) / name).string());
+  }
+  std::sort(left.begin(), left.end());
+  if (left.empty()) fs::remove(dir, ec);
+  return left;
+}
+
+std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const std::string& save_dir) {
+  std::vector<std::pair<uint64_t, std::string>> out;
+  for (auto& [step, dir] : step_dirs(save_dir))
+    if (fs::exists(fs::path(dir) / "COMPLETE")) out.emplace_back(step, std::move(dir));
+  return out;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& save_dir, int keep) {
+  std::vector<std::string> left;
+  auto take = [&left](std::vector<std::string> v) { left.insert(left.end(), v.begin(), v.end()); };
   auto done = list_complete_checkpoints(save_dir);
-  if (done.empty()) return;
+  if (done.empty()) return left;
   const uint64_t newest = done.back().first;
   if (keep > 0)
-    for (size_t i = 0; i + static_cast<size_t>(keep) < done.size(); ++i) fs::remove_all(done[i].second);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < done.size(); ++i) take(remove_checkpoint_dir(done[i].second));
   // Interrupted saves older than the newest complete one can never be resumed from.
-  for (const auto& e : fs::directory_iterator(save_dir)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step_", 0) != 0 || fs::exists(e.path() / "COMPLETE")) continue;
-    try {
-      if (std::stoull(name.substr(5)) < newest) fs::remove_all(e.path());
-    } catch (const std::exception&) {
-    }
-  }
+  for (const auto& [step, dir] : step_dirs(save_dir))
+    if (step < newest && !fs::exists(fs::path(dir) / "COMPLETE")) take(remove_checkpoint_dir(dir));
+  return left;
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) {
@@ -424,13 +535,7 @@ void probe_save_dir(const std::string& save_dir, int rank) {
 
 std::vector<std::string> list_step_dirs(const std::string& save_dir) {
   std::vector<std::string> out;
-  std::error_code ec;
-  if (!fs::is_directory(save_dir, ec)) return out;
-  for (const auto& e : fs::directory_iterator(save_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step_", 0) == 0) out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
+  for (auto& [step, dir] : step_dirs(save_dir)) out.push_back(std::move(dir));
   return out;
 }
 

@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,17 +102,35 @@ void write_manifest(const std::string& dir, uint64_t step, int world, const std:
                     const std::string& precision);
 CheckpointManifest read_manifest(const std::string& dir);  // throws naming dir/COMPLETE
 
-// Complete checkpoints in save_dir, oldest first (directories with a COMPLETE file).
+// The step of a directory named exactly as checkpoint_dir_name names it ("step_00000010");
+// nothing for any other name ("step_abc", "step_-1", "step_000000010").
+std::optional<uint64_t> parse_step_dir_name(const std::string& name);
+
+// Complete checkpoints in save_dir, oldest first (step directories with a COMPLETE file).
 std::vector<std::pair<uint64_t, std::string>> list_complete_checkpoints(const std::string& save_dir);
-// Rank 0: deletes all but the newest `keep` complete checkpoints (keep 0: none deleted) and
-// any incomplete directory older than the newest complete one.
-void prune_checkpoints(const std::string& save_dir, int keep);
+
+// Deletes what ringzero wrote in one step directory and nothing else: COMPLETE first, then
+// the files a save writes (model.bin, rank_NNNNN.state and their "<name>.tmp.<pid>"
+// temporaries), each under its exact name and either listed in the manifest or, without one,
+// starting with its format's magic; then the directory if it is empty. Returns the paths
+// left (anything else: a user's file, a subdirectory, a link), for the caller's warning.
+std::vector<std::string> remove_checkpoint_dir(const std::string& dir);
+
+// Before a save into dir (an interrupted save of the same step, resumed): removes the
+// "<name>.tmp.<pid>" files a killed writer left, so none ends up inside the checkpoint.
+void remove_stale_temporaries(const std::string& dir);
+
+// Rank 0: removes (as remove_checkpoint_dir) all but the newest `keep` complete checkpoints
+// (keep 0: none) and any interrupted save older than the newest complete one. Returns what
+// was left.
+std::vector<std::string> prune_checkpoints(const std::string& save_dir, int keep);
 
 // Before step 1, on every rank: creates save_dir and writes and removes a probe file there,
 // so an unwritable directory is an error before any work is done (naming the directory).
 void probe_save_dir(const std::string& save_dir, int rank);
 
-// Step directories (step_NNNNNNNN, complete or not) in save_dir.
+// Step directories (named as checkpoint_dir_name names them, complete or not; not links) in
+// save_dir, oldest first.
 std::vector<std::string> list_step_dirs(const std::string& save_dir);
 
 // A verified checkpoint: its manifest and every old rank's header and ranges (the arrays

@@ -29,9 +29,11 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/checked.h"
 #include "base/clock.h"
 #include "kernels/backend.h"
 #include "model/gpt2.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 #include "train/config.h"
 #include "train/step_profile.h"
@@ -165,8 +167,9 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
     const std::string item = s.substr(pos, end - pos);
     char* rest = nullptr;
     long v = std::strtol(item.c_str(), &rest, 10);
-    RZ_CHECK(!item.empty() && *rest == '\0' && v >= 1 && v <= 1024,
-             "%s: expected a comma-separated list of thread counts, found '%s'", flag, s.c_str());
+    RZ_CHECK(!item.empty() && *rest == '\0', "%s: expected a comma-separated list of thread counts, found '%s'", flag,
+             s.c_str());
+    check_thread_count(v, flag);
     out.push_back(int(v));
     pos = end + 1;
   }
@@ -191,26 +194,22 @@ int run_bench_step(int argc, char** argv) {
       "ringzero bench-step"};
   app.add_option("--model", preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
   app.add_option("--config", config_path, "training config (TOML) whose model shape, batch and seq to bench");
-  app.add_option("--layers", layers, "L (overrides the preset / config)")->check(CLI::Range(1, 1000));
-  app.add_option("--channels", channels, "C")->check(CLI::Range(1, 1 << 16));
-  app.add_option("--heads", heads, "NH")->check(CLI::Range(1, 1024));
-  app.add_option("--vocab", vocab, "V")->check(CLI::Range(1, 1 << 24));
-  app.add_option("--max-seq", max_seq, "maxT")->check(CLI::Range(1, 1 << 20));
-  auto* batch_opt = app.add_option("--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
-  auto* seq_opt = app.add_option("--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_number(app, "--layers", layers, "L (overrides the preset / config)")->check(CLI::Range(1, 1000));
+  add_number(app, "--channels", channels, "C")->check(CLI::Range(1, 1 << 16));
+  add_number(app, "--heads", heads, "NH")->check(CLI::Range(1, 1024));
+  add_number(app, "--vocab", vocab, "V")->check(CLI::Range(1, 1 << 24));
+  add_number(app, "--max-seq", max_seq, "maxT")->check(CLI::Range(1, 1 << 20));
+  auto* batch_opt = add_number(app, "--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
+  auto* seq_opt = add_number(app, "--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
   app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
   app.add_option("--device", device_s, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
-  app.add_option("--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  add_number(app, "--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
+  add_number(app, "--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--attention", attention_s, "materialized or flash (what attention keeps for backward)")
       ->check(CLI::IsMember(attention_names()))->capture_default_str();
   app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
   const Device device = parse_device(device_s);
   RZ_CHECK(!ops || attention_s == "materialized",
            "--ops: the kernel split replays the materialized attention only (drop --ops or --attention flash)");

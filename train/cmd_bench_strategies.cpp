@@ -31,11 +31,13 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "base/trace.h"
 #include "comm/factory.h"
 #include "comm/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 #include "train/config.h"
 #include "train/timeline.h"
@@ -133,7 +135,7 @@ int bench_rank(const BenchArgs& a) {
   TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
   if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
   TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
-                       a.strategy + " " + a.precision);
+                       a.strategy + " " + a.precision, model.backend().trace_clock());
   const int B = a.batch, T = a.seq, V = cfg.vocab_size;
   std::vector<int> in(B * T), tg(B * T);
   std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
@@ -223,7 +225,7 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--model", a.model, "preset")->capture_default_str();
   app.add_option("--config", a.config, "training config (TOML) whose model shape, batch, seq, precision, ranks and "
                                        "bucket size to bench (flags override it)");
-  app.add_option("--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
+  add_number(app, "--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
       ->check(CLI::Range(1, 1 << 24));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
@@ -232,14 +234,14 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--transport", a.transport, "auto (shm on one host), shm or tcp")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports))))
       ->capture_default_str();
-  CLI::Option* nproc_opt = app.add_option("--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
-  CLI::Option* batch_opt = app.add_option("--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
-  CLI::Option* seq_opt = app.add_option("--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
-  app.add_option("--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
-  app.add_option("--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
-  CLI::Option* bucket_mb_opt = app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
-  CLI::Option* buckets_in_flight_opt = app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
+  CLI::Option* nproc_opt = add_number(app, "--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
+  CLI::Option* batch_opt = add_number(app, "--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
+  CLI::Option* seq_opt = add_number(app, "--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  add_number(app, "--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
+  add_number(app, "--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
+  add_number(app, "--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
+  CLI::Option* bucket_mb_opt = add_number(app, "--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  CLI::Option* buckets_in_flight_opt = add_number(app, "--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_flag("--buckets-per-unit", a.buckets_per_unit,
                "every strategy cuts its buckets at layer boundaries as zero3 does (same buckets: comparable hashes)");
@@ -247,10 +249,15 @@ int run_bench_strategies(int argc, char** argv) {
                  "Chrome trace-event timeline (Perfetto, chrome://tracing) per strategy: FILE.STRATEGY.json");
   app.add_option("--trace-steps", a.trace_steps, "steps A:B (1-based, warmup included) the trace covers "
                                                   "(default: the first three timed steps)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  if (!parse_command_line(app, argc, argv)) return 0;
+  RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
+  RZ_CHECK(buckets_in_flight_opt->count() == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
+           a.strategy.c_str());
+  if (!a.trace.empty()) {  // no timeline over the config or over anything but a regular file
+    std::vector<RunPath> outs;
+    for (const std::string& k : strategy_names()) outs.push_back({"--trace", trace_path_for(a.trace, k)});
+    check_run_outputs(outs, {}, {{"the config file", a.config}});
   }
   if (!a.trace_steps.empty())
     RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,

@@ -31,6 +31,7 @@
 #include "comm/launch.h"
 #include "comm/nccl_communicator.h"
 #include "kernels/backend.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 
 namespace rz {
@@ -274,7 +275,7 @@ int run_comm_bench(int argc, char** argv) {
       "ringzero comm-bench"};
   app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
-  app.add_option("--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
+  add_number(app, "--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--transport", a.transport, "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
   app.add_option("--comm", a.comm,
@@ -291,21 +292,17 @@ int run_comm_bench(int argc, char** argv) {
   app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--redop", a.redop, "reduction: sum or avg")->check(CLI::IsMember({"sum", "avg"}))->capture_default_str();
-  app.add_option("--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
-  app.add_option("--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
+  add_number(app, "--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
+  add_number(app, "--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--segment-bytes", a.segment, "ring pipeline segment (suffixes K, M)")->capture_default_str();
-  app.add_option("--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
+  add_number(app, "--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--host-memory", a.host_memory,
                  "host tensors: auto (in shared memory the peers read in place where the transport can, as "
                  "zero1/zero2's parameters are; shm with direct reads) or private (ordinary memory)")
       ->check(CLI::IsMember({"auto", "private"}))->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object per size instead of the table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
   const size_t min_b = parse_bytes(a.min_bytes, "--min-bytes");
   const size_t max_b = parse_bytes(a.max_bytes, "--max-bytes");
   const size_t seg = parse_bytes(a.segment, "--segment-bytes");
@@ -321,6 +318,13 @@ int run_comm_bench(int argc, char** argv) {
            "not as threads (drop --transport thread)");
   RZ_CHECK(a.comm != "nccl" || a.transport != "thread", "comm-bench: --comm nccl runs ranks as processes, one per "
            "GPU, not as threads (drop --transport thread)");
+  // Flags the chosen backend never reads.
+  RZ_CHECK(a.comm != "mpi" || app.count("--nproc") == 0,
+           "--nproc: does nothing with --comm mpi (mpirun -np N starts the ranks)");
+  RZ_CHECK(a.comm == "ring" || app.count("--segment-bytes") == 0,
+           "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", a.comm.c_str());
+  RZ_CHECK(a.comm == "ring" || app.count("--transport") == 0,
+           "--transport: does nothing with --comm %s (mpi and nccl bring their own)", a.comm.c_str());
   const Device device = parse_device(a.device);
   RZ_CHECK(device.is_cpu() || a.comm != "mpi",
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());

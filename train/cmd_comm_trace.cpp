@@ -19,6 +19,7 @@
 #include "comm/factory.h"
 #include "comm/ring.h"
 #include "comm/ring_communicator.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 #include "train/ring_example.h"
 
@@ -89,18 +90,17 @@ int run_comm_trace(int argc, char** argv) {
       "ringzero comm-trace"};
   app.add_option("--op", op, "all_gather, reduce_scatter or all_reduce")
       ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce"}))->capture_default_str();
-  app.add_option("--nranks", N, "ranks on the ring (2..16)")->check(CLI::Range(2, 16))->capture_default_str();
-  app.add_option("--follow-chunk", follow_chunk, "print only chunk K's path around the ring, round by round");
+  add_number(app, "--nranks", N, "ranks on the ring (2..16)")->check(CLI::Range(2, 16))->capture_default_str();
+  add_number(app, "--follow-chunk", follow_chunk, "print only chunk K's path around the ring, round by round");
   app.add_flag("--example", example,
                "the article's two ranks [1,2,3,4] and [5,6,7,8] through AllGather, ReduceScatter and AllReduce:\n"
                "every rank's buffer after every round");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
   if (example) {
-    RZ_CHECK(follow_chunk < 0, "--example: cannot be combined with --follow-chunk");
+    // The article's example is two ranks through all three collectives: nothing to choose.
+    for (const char* flag : {"--op", "--nranks", "--follow-chunk"})
+      RZ_CHECK(app.count(flag) == 0, "--example: cannot be combined with %s (the article's example is 2 ranks through "
+               "all three collectives)", flag);
     print_article_example(stdout);
     return 0;
   }

@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "model/layout.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 #include "train/memory_plan.h"
 #include "zero/buckets.h"
@@ -110,17 +111,17 @@ int run_memory(int argc, char** argv) {
       "the largest micro-batch per rank that fits, per strategy and recompute mode.",
       "ringzero memory"};
   app.add_option("--model", a.model, "preset: tiny, d2, d4, d6, d12, d24, d36, d48");
-  app.add_option("--layers", a.layers, "L (overrides the preset; default preset d12)")->check(CLI::PositiveNumber);
-  app.add_option("--channels", a.channels, "C")->check(CLI::PositiveNumber);
-  app.add_option("--heads", a.heads, "NH")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", a.vocab, "V")->check(CLI::PositiveNumber);
-  app.add_option("--seq", a.seq, "T: sequence length of the activations and rows of wpe (default the model's maxT)")
+  add_number(app, "--layers", a.layers, "L (overrides the preset; default preset d12)")->check(CLI::PositiveNumber);
+  add_number(app, "--channels", a.channels, "C")->check(CLI::PositiveNumber);
+  add_number(app, "--heads", a.heads, "NH")->check(CLI::PositiveNumber);
+  add_number(app, "--vocab", a.vocab, "V")->check(CLI::PositiveNumber);
+  add_number(app, "--seq", a.seq, "T: sequence length of the activations and rows of wpe (default the model's maxT)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-seq", a.max_seq, "maxT: rows of wpe when they differ from --seq (train's max_seq)")
+  add_number(app, "--max-seq", a.max_seq, "maxT: rows of wpe when they differ from --seq (train's max_seq)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--batch", a.batch, "B: micro-batch size per rank for the activations")->capture_default_str();
-  app.add_option("--params", a.params, "a bare parameter count such as 7e9 (model states only)");
-  app.add_option("--nranks", a.nranks, "number of ranks N (repeatable; default 1 2 4 8 64)")
+  add_number(app, "--batch", a.batch, "B: micro-batch size per rank for the activations")->capture_default_str();
+  add_number(app, "--params", a.params, "a bare parameter count such as 7e9 (model states only)");
+  add_number(app, "--nranks", a.nranks, "number of ranks N (repeatable; default 1 2 4 8 64)")
       ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
@@ -128,8 +129,8 @@ int run_memory(int argc, char** argv) {
       ->check(CLI::IsMember(precision_names()))->capture_default_str();
   app.add_option("--strategy", a.strategy, "a strategy or all")
       ->check(CLI::IsMember(strategy_choices))->capture_default_str();
-  app.add_option("--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
-  app.add_option("--buckets-in-flight", a.buckets_in_flight, "zero2 staging buffers besides wte's")
+  add_number(app, "--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
+  add_number(app, "--buckets-in-flight", a.buckets_in_flight, "zero2 staging buffers besides wte's")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   std::vector<std::string> recompute_choices = recompute_names();
   recompute_choices.emplace_back("all");
@@ -142,27 +143,28 @@ int run_memory(int argc, char** argv) {
   app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB or 24GiB: print the largest micro-batch that fits");
   app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
+  add_number(app, "--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    // One line naming the flag (CLI11's own text adds a second, and for a range check
-    // prints DBL_MAX in full).
-    std::string what = e.what();
-    if (const size_t cut = what.find(" not in range"); cut != std::string::npos) what = what.substr(0, cut) + " is out of range";
-    RZ_FAIL("%s", what.c_str());
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
 
   const bool shape = !a.model.empty() || a.layers || a.channels || a.heads || a.vocab || a.seq || a.max_seq;
-  RZ_CHECK(!(shape && a.params > 0), "--params: a bare parameter count cannot be combined with a model shape (--model, --layers, ...)");
-  RZ_CHECK(shape || a.params > 0, "give a model: --model PRESET, --layers/--channels/--heads/--vocab/--seq, or --params COUNT");
-  if (!shape)
-    RZ_CHECK(std::isfinite(a.params) && a.params >= 1 && a.params <= 1e15,
-             "--params: expected a count in [1, 1e15], got %g", a.params);
+  const bool params = app.count("--params") > 0;
+  // The value first: --params 0 or -1 is a bad count, not a missing model.
+  RZ_CHECK(!params || (a.params >= 1 && a.params <= 1e15),
+           "--params: expected a parameter count in [1, 1e15] (such as 7e9), found %g", a.params);
+  RZ_CHECK(!(shape && params), "--params: a bare parameter count cannot be combined with a model shape (--model, --layers, ...)");
+  RZ_CHECK(shape || params, "give a model: --model PRESET, --layers/--channels/--heads/--vocab/--seq, or --params COUNT");
+  if (!shape)  // a bare count gives the model states only: these would change nothing
+    for (const char* flag : {"--batch", "--recompute", "--attention", "--budget", "--device", "--threads", "--bucket-mb",
+                             "--buckets-in-flight"})
+      RZ_CHECK(app.count(flag) == 0,
+               "%s: does nothing with a bare --params count, which gives the model states only (give a model shape: "
+               "--model or --layers/--channels/...)", flag);
+  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
+           a.strategy.c_str());
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
   const Precision prec = parse_precision(a.precision);
   std::vector<StrategyKind> kinds;
@@ -188,6 +190,15 @@ int run_memory(int argc, char** argv) {
     layout = build_param_layout(cfg);
     P = static_cast<double>(layout.total);
     T = a.seq ? a.seq : cfg.max_seq_len;
+    // The planner counts bytes in 64 bits: a shape whose activations alone pass an exabyte
+    // (an upper estimate in doubles: every layer's (B, T, C) tensors and (B, NH, T, T)
+    // attention, the (B, T, Vp) logits) is refused instead of wrapping around.
+    const double bt = double(a.batch) * T;
+    const double upper = 4.0 * bt *
+                         (64.0 * cfg.channels * cfg.num_layers + 2.0 * cfg.num_heads * cfg.num_layers * T +
+                          2.0 * cfg.padded_vocab_size);
+    RZ_CHECK(upper < 1e18, "--batch %d x --seq %d: the activations of L=%d C=%d would pass 1e18 bytes; nothing that "
+             "large can be planned", a.batch, T, cfg.num_layers, cfg.channels);
   }
   const std::vector<Recompute> recomputes =
       a.recompute == "all" ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))

@@ -3,11 +3,25 @@
 
 #include <cstdio>
 
+#include "base/file.h"
 #include "train/command.h"
 #include "train/plot.h"
 
 namespace rz {
 namespace {
+
+// Before anything is read or drawn: every input is a regular file (a FIFO would block the
+// read), and neither the picture nor its script beside it (OUT.gp) is written over an input
+// or over anything but a regular file (base/file.h).
+void check_plot_paths(const std::string& out, const std::vector<const std::vector<std::string>*>& lists,
+                      const std::string& trace) {
+  std::vector<RunPath> inputs;
+  for (const auto* list : lists)
+    for (const std::string& p : *list) inputs.push_back({"the input", p});
+  if (!trace.empty()) inputs.push_back({"the input", trace});
+  for (const RunPath& in : inputs) check_input_file(in.path, "plot input");
+  check_run_outputs({{"--out", out}, {"--out's gnuplot script", out + ".gp"}}, {}, inputs);
+}
 
 int run_plot(int argc, char** argv) {
   CLI::App app{
@@ -48,6 +62,11 @@ int run_plot(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  check_plot_paths(l->parsed()   ? loss.out
+                   : m->parsed() ? mem.out
+                   : t->parsed() ? tr.out
+                                 : comm.out,
+                   {&loss.metrics, &mem.estimates, &mem.measured, &comm.results}, tr.trace);
   std::string script, out;
   if (l->parsed()) {
     out = loss.out;

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "data/prepare.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 
 namespace rz {
@@ -28,19 +29,19 @@ int run_prepare(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gpt2-dir", opt.gpt2_dir, "directory holding GPT-2's encoder.json and vocab.bpe");
   app.add_option("--out", opt.out_dir, "output directory (created if missing)")->required();
-  app.add_option("--val-fraction", opt.val_fraction,
+  add_number(app, "--val-fraction", opt.val_fraction,
                  "chance that a document goes to val; 0 puts everything in train, in input order")
       ->capture_default_str();
-  app.add_option("--shard-tokens", opt.shard_tokens, "tokens per shard file")->capture_default_str();
-  app.add_option("--seed", opt.seed, "seed of the train/val draw")->capture_default_str();
+  add_number(app, "--shard-tokens", opt.shard_tokens, "tokens per shard file")->capture_default_str();
+  add_number(app, "--seed", opt.seed, "seed of the train/val draw")->capture_default_str();
   app.add_flag("--split-fortunes", opt.split_fortunes,
                "a document per fortune (text between lines that are exactly \"%\"); skips *.dat indexes");
   app.add_flag("--quiet", quiet, "no progress lines on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
+  RZ_CHECK(app.count("--gpt2-dir") == 0 || opt.tokenizer == "gpt2",
+           "--gpt2-dir: does nothing without --tokenizer gpt2 (only the GPT-2 tokenizer reads it)");
+  RZ_CHECK(app.count("--seed") == 0 || opt.val_fraction > 0,
+           "--seed: does nothing with --val-fraction 0 (it seeds the train/val draw; every document goes to train)");
   opt.progress = !quiet;
   PrepareStats s = prepare_dataset(opt);
   std::printf("prepare: %zu files, %.2f MB of text in %.2f s (%.1f MB/s; %.2f s CPU, %.1f MB per CPU "

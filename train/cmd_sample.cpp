@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 #include "train/generate.h"
 
@@ -35,20 +36,21 @@ int run_sample(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gpt2-dir", gpt2_dir, "directory with GPT-2's encoder.json and vocab.bpe");
   app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
-  app.add_option("--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  app.add_option("--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
-  app.add_option("--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", seed, "random seed")->capture_default_str();
-  app.add_option("--window", window,
+  add_number(app, "--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  add_number(app, "--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+  add_number(app, "--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_number(app, "--seed", seed, "random seed")->capture_default_str();
+  add_number(app, "--window", window,
                  "context of each forward, in tokens (0: the model's maxT); use the seq it was trained at")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
+  RZ_CHECK(app.count("--gpt2-dir") == 0 || tokenizer_spec == "gpt2",
+           "--gpt2-dir: does nothing without --tokenizer gpt2 (only the GPT-2 tokenizer reads it)");
+  if (temperature == 0)  // greedy: every draw is the most likely token
+    for (const char* flag : {"--top-k", "--seed"})
+      RZ_CHECK(app.count(flag) == 0, "%s: does nothing with --temperature 0 (greedy decoding draws nothing)", flag);
   struct stat st;
   if (::stat(model_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) model_path += "/model.bin";
   ModelFile mf = read_model_file(model_path);

@@ -10,6 +10,7 @@
 #include "train/command.h"
 #include "train/config.h"
 #include "train/loop.h"
+#include "train/run_paths.h"
 #include "train/timeline.h"
 
 namespace rz {
@@ -23,6 +24,7 @@ int run_train(int argc, char** argv) {
   TrainConfig cfg;
   if (!parse_train_args(argc, argv, cfg)) return 0;
   validate_config(cfg);
+  check_train_paths(cfg);  // no output over an input, before anything is launched or written
   if (!cfg.trace.empty()) {  // a bad window fails before any launch
     const TraceSteps w = parse_trace_steps(cfg.trace_steps);
     RZ_CHECK(w.first <= cfg.steps, "trace_steps: %s starts after the run's last step %d", cfg.trace_steps.c_str(),

@@ -17,6 +17,7 @@
 #include "base/check.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
+#include "train/cli_number.h"
 #include "train/command.h"
 
 namespace rz {
@@ -63,16 +64,12 @@ int run_verify(int argc, char** argv) {
   app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
-  app.add_option("--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
-  app.add_option("--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
-  app.add_option("--grads-atol", grads_atol, "absolute tolerance for gradients (default by precision)");
-  app.add_option("--rtol", rtol, "relative tolerance for gradients and logits (default by precision)");
+  add_number(app, "--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
+  add_number(app, "--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
+  add_number(app, "--grads-atol", grads_atol, "absolute tolerance for gradients (default by precision)");
+  add_number(app, "--rtol", rtol, "relative tolerance for gradients and logits (default by precision)");
   app.add_flag("--quiet", quiet, "print only failing rows and the summary");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (!parse_command_line(app, argc, argv)) return 0;
   const Precision prec = parse_precision(precision);
   const bool bf = prec == Precision::bf16;
   if (logits_atol < 0) logits_atol = bf ? 0.25 : 1e-2;

@@ -20,6 +20,8 @@
 #include <variant>
 
 #include "base/check.h"
+#include "base/checked.h"
+#include "base/file.h"
 #include "kernels/backend.h"
 #include "comm/factory.h"
 #include "model/config.h"
@@ -47,6 +49,7 @@ enum class Allowed {
   recompute,     // none, gelu or layer (model/config.h's Recompute)
   attention,     // materialized or flash (model/config.h's Attention)
   bucket_mb,     // zero/'s check of a bucket size
+  threads,       // 0, or 1 .. base/checked.h's max_threads()
 };
 
 struct Setting {
@@ -69,7 +72,7 @@ const Setting kSettings[] = {
   {"device", &TrainConfig::device, Allowed::device, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
   {"attention", &TrainConfig::attention, Allowed::attention, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
-  {"threads", &TrainConfig::threads, Allowed::non_negative, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
+  {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
   {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
   {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
   {"tokenizer", &TrainConfig::tokenizer, Allowed::any, "byte, gpt2 or a tokenizer.bin path (empty: tokenizer.bin beside the data)"},
@@ -85,6 +88,7 @@ const Setting kSettings[] = {
   {"grad_clip", &TrainConfig::grad_clip, Allowed::non_negative, "clip the global gradient norm to this (0: no clipping)"},
   {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling"},
   {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping"},
+  {"max_consecutive_skips", &TrainConfig::max_consecutive_skips, Allowed::positive, "skip_nonfinite: the run stops with an error after this many steps skipped in a row (the one bound a loss-spike guard shares)"},
   {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients, optimizer state and (zero3) parameters are kept and synchronised (docs/zero.md)"},
   {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)"},
   {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job"},
@@ -146,9 +150,10 @@ bool parse_integer_loose(const std::string& s, I& out) {
   char* end = nullptr;
   double d = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !std::isfinite(d) || d != std::floor(d)) return false;
-  if (d < static_cast<double>(std::numeric_limits<I>::min()) ||
-      d > static_cast<double>(std::numeric_limits<I>::max()))
-    return false;
+  // I's range as doubles: [min, 2^digits), exact powers of two (max itself rounds up to 2^digits
+  // for 64-bit types, and converting 2^64 would be undefined).
+  const double top = std::ldexp(1.0, std::numeric_limits<I>::digits);
+  if (d < static_cast<double>(std::numeric_limits<I>::min()) || d >= top) return false;
   out = static_cast<I>(d);
   return true;
 }
@@ -186,6 +191,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::attention: return or_list(attention_names());
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
+    case Allowed::threads: return strfmt("0 or 1..%d", max_threads());
   }
   return "";
 }
@@ -217,6 +223,11 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
             case Allowed::fraction: RZ_CHECK(d >= 0 && d <= 1, "expected a fraction in [0, 1], found %g", d); break;
             case Allowed::port: RZ_CHECK(d >= 0 && d <= 65535, "expected 0..65535, found %g", d); break;
             case Allowed::bucket_mb: check_bucket_mb(d); break;
+            case Allowed::threads:
+              RZ_CHECK(d >= 0 && d <= max_threads(),
+                       "expected 0 (OMP_NUM_THREADS or the launcher's share) or 1..%d (%d x the %d cores of this "
+                       "machine), found %lld", max_threads(), kThreadsPerCore, online_cores(), static_cast<long long>(v));
+              break;
             default: break;
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
@@ -275,11 +286,13 @@ void from_text(T& dst, const std::string& value) {
   } else if constexpr (std::is_same_v<T, double>) {
     char* end = nullptr;
     double d = std::strtod(value.c_str(), &end);
-    RZ_CHECK(!value.empty() && *end == '\0' && std::isfinite(d), "expected a number, found '%s'", value.c_str());
+    RZ_CHECK(!value.empty() && *end == '\0' && std::isfinite(d), "expected a finite number, found '%s'", value.c_str());
     dst = d;
   } else {
     T v{};
-    RZ_CHECK(parse_integer_loose(value, v), "expected an integer, found '%s'", value.c_str());
+    RZ_CHECK(parse_integer_loose(value, v), "expected an integer in [%s, %s], found '%s'",
+             std::to_string(std::numeric_limits<T>::min()).c_str(), std::to_string(std::numeric_limits<T>::max()).c_str(),
+             value.c_str());
     dst = v;
   }
 }
@@ -372,6 +385,9 @@ std::string get_config_value(const TrainConfig& cfg, const std::string& key) {
 }
 
 void load_config_toml(TrainConfig& cfg, const std::string& path) {
+  // A FIFO would block the read forever and a directory would read as an empty file (a run
+  // with every default): anything but a regular file is refused before it is opened.
+  check_input_file(path, "config file");
   toml::table tbl;
   try {
     tbl = toml::parse_file(path);
@@ -404,6 +420,40 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
   }
 }
 
+namespace {
+
+// A key set away from its default that, with the other keys as they are, changes nothing is
+// a mistake the user would not see (an eval that never runs, a trace window with no trace):
+// an error naming the key and what it needs.
+void check_no_idle_keys(const TrainConfig& c) {
+  const TrainConfig d;
+  auto idle = [](bool set, bool used, const char* key, const char* needs) {
+    RZ_CHECK(!set || used, "%s: does nothing without %s", key, needs);
+  };
+  const bool val = !c.val_data.empty();
+  idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)");
+  idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)");
+  idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)");
+  const bool sampling = c.sample_every > 0;
+  idle(c.sample_tokens != d.sample_tokens, sampling, "sample_tokens", "sample_every (no sample is drawn)");
+  idle(c.sample_top_k != d.sample_top_k, sampling, "sample_top_k", "sample_every (no sample is drawn)");
+  const bool saving = !c.save_dir.empty();
+  idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)");
+  idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)");
+  idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)");
+  idle(c.max_consecutive_skips != d.max_consecutive_skips, c.skip_nonfinite, "max_consecutive_skips",
+       "skip_nonfinite (no step is ever skipped)");
+  idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)");
+  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)");
+  const bool staged = c.strategy == StrategyKind::zero2 || c.strategy == StrategyKind::zero3;
+  idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
+       "strategy zero2 or zero3 (only they stage gradient buckets)");
+  idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision == Precision::bf16, "grad_shard_fp32",
+       "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)");
+}
+
+}  // namespace
+
 void validate_config(const TrainConfig& c) {
   for (const auto& k : kSettings) naming_key(k.name, [&] { check_allowed(c, k); });
   RZ_CHECK(!c.data.empty(), "data: no training data given (--data 'DIR/train_*.bin')");
@@ -411,9 +461,12 @@ void validate_config(const TrainConfig& c) {
   RZ_CHECK(c.nnodes == 1 || c.master_port > 0,
            "master_port: a multi-node job needs an explicit port (every node must use the same one)");
   RZ_CHECK(!c.resuming() || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
+  RZ_CHECK(c.comm_timeout <= kMaxCommTimeoutS, "comm_timeout: expected at most %g seconds (11 days), found %g",
+           kMaxCommTimeoutS, c.comm_timeout);
   RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
   RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
+  check_no_idle_keys(c);
 }
 
 std::string format_config_table(const TrainConfig& cfg) {
@@ -479,7 +532,10 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   } catch (const CLI::ParseError& e) {
     RZ_FAIL("%s", e.what());
   }
-  if (!config_path.empty()) load_config_toml(cfg, config_path);
+  if (!config_path.empty()) {
+    load_config_toml(cfg, config_path);
+    cfg.config_path = config_path;
+  }
   for (const auto& [name, o] : opts) {
     if (o->count() == 0) continue;
     try {

@@ -56,6 +56,8 @@ struct TrainConfig {
   double grad_clip = 1.0;         // clip the global grad norm to this; 0 disables
   uint64_t seed = 1337;           // model init, data order and sampling
   bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
+  int max_consecutive_skips = 10; // steps skipped in a row before the run stops (skip_nonfinite; the one
+                                  // bound a loss-spike guard shares)
 
   // --- distribution
   StrategyKind strategy = StrategyKind::ddp;
@@ -90,6 +92,9 @@ struct TrainConfig {
   std::string memory_report;      // JSON file for the per-rank memory report after step 1; empty = none
   std::string trace;              // Chrome trace-event JSON timeline of --trace-steps (rank 0 writes it); empty = none
   std::string trace_steps = "2:4"; // A:B, the 1-based steps the trace covers
+
+  // Not a key: the TOML file the settings came from (an input the outputs must not replace).
+  std::string config_path;
 };
 
 // One configuration key: its name (TOML spelling), kind, allowed values and help line.

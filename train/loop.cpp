@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "base/check.h"
+#include "base/checked.h"
 #include "base/clock.h"
 #include "base/file.h"
 #include "base/memory.h"
@@ -92,6 +95,7 @@ class Trainer {
   float eval_loss();
   void sample(int step);
   void check_save_dir();
+  void warn_left(const std::vector<std::string>& left, const char* during);
   bool save(int step);
   void write_rank_files(const std::string& dir, int step);
   bool stop_agreed();
@@ -124,6 +128,10 @@ class Trainer {
   int start_step_ = 0;
   bool resumed_ = false;
   int last_saved_step_ = -1;
+  std::set<std::string> warned_left_;  // paths warn_left named already
+  std::string save_error_;             // why the last save failed
+  int stop_sig_ = 0, stop_hit_ = 0;
+  int skipped_in_a_row_ = 0;           // --skip-nonfinite: steps skipped since the last one that trained    // stop_agreed: the signal the ranks stop on, how many it reached
   MetricsWriter metrics_;
   std::unique_ptr<TraceWindow> timeline_;  // --trace
 };
@@ -133,6 +141,9 @@ void Trainer::setup() {
   rank_ = env_.rank;
   world_ = env_.world_size;
   if (cfg_.threads > 0) omp_set_num_threads(cfg_.threads);
+  // The OpenMP runtime would start these at the first parallel loop (and crash far beyond).
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && cfg_.threads == 0)
+    check_thread_count(std::atoll(omp), "OMP_NUM_THREADS (or set --threads)");
   precision_ = cfg_.precision;
   device_ = parse_device(cfg_.device);
   RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != "mpi",
@@ -160,6 +171,9 @@ void Trainer::setup() {
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
   // on every rank instead of leaving the others waiting.
   tok_ = resolve_tokenizer(cfg_);
+  RZ_CHECK(tok_ != nullptr || cfg_.sample_every == 0,
+           "sample_every: does nothing without a tokenizer to decode the samples (give --tokenizer, or the "
+           "tokenizer.bin `ringzero prepare` writes beside the shards)");
   std::optional<ModelFile> init;
   if (!cfg_.init.empty()) {
     init = read_model_header(cfg_.init);  // the parameters are streamed in below
@@ -187,12 +201,18 @@ void Trainer::setup() {
     val_ = std::make_unique<DataLoader>(cfg_.val_data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, false);
     val_->set_vocab_bound(mcfg_.vocab_size);
   }
-  const int64_t per_micro = static_cast<int64_t>(cfg_.batch) * cfg_.seq * world_;
+  const int64_t per_micro = checked_mul<int64_t>(checked_mul<int64_t>(cfg_.batch, cfg_.seq, "batch x seq"), world_,
+                                                "batch x seq x ranks");
   const int64_t total = cfg_.total_batch_tokens > 0 ? cfg_.total_batch_tokens : per_micro;
   RZ_CHECK(total % per_micro == 0,
            "total_batch_tokens: %lld is not a multiple of B*T*world = %d*%d*%d = %lld", static_cast<long long>(total),
            cfg_.batch, cfg_.seq, world_, static_cast<long long>(per_micro));
+  RZ_CHECK(total / per_micro <= std::numeric_limits<int>::max(),
+           "total_batch_tokens: %lld / (B*T*world = %lld) = %lld micro-steps per step; at most %d",
+           static_cast<long long>(total), static_cast<long long>(per_micro), static_cast<long long>(total / per_micro),
+           std::numeric_limits<int>::max());
   accum_ = static_cast<int>(total / per_micro);
+  checked_mul<int64_t>(total, cfg_.steps, "total_batch_tokens x steps (tokens seen by the run)");
 
   if (!cfg_.save_dir.empty()) check_save_dir();
 
@@ -233,8 +253,8 @@ void Trainer::setup() {
   sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
   strategy_ = make_strategy(*model_, *comm_, sopts_);
   host_comm_ = std::make_unique<HostCollectives>(*comm_, model_->backend());
-  inputs_.resize(static_cast<size_t>(cfg_.batch) * cfg_.seq);
-  targets_.resize(inputs_.size());
+  resize_or_fail(inputs_, static_cast<size_t>(cfg_.batch) * cfg_.seq, "the input batch (B x T tokens)");
+  resize_or_fail(targets_, inputs_.size(), "the target batch (B x T tokens)");
   rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
 }
 
@@ -248,10 +268,24 @@ void Trainer::check_save_dir() {
              "save_dir: %s already holds %zu checkpoint(s) of an earlier run (newest %s): pass --resume to continue "
              "it, --overwrite to delete them, or another --save-dir",
              cfg_.save_dir.c_str(), old.size(), fs::path(old.back()).filename().c_str());
-    if (rank_ == 0)
-      for (const auto& d : old) fs::remove_all(d);
+    if (rank_ == 0) {
+      std::vector<std::string> left;  // only what ringzero wrote is deleted
+      for (const auto& d : old)
+        for (std::string& f : remove_checkpoint_dir(d)) left.push_back(std::move(f));
+      warn_left(left, "--overwrite");
+    }
   }
   probe_save_dir(cfg_.save_dir, rank_);
+}
+
+// Rank 0: what deleting checkpoints left because ringzero did not write it, named once.
+void Trainer::warn_left(const std::vector<std::string>& left, const char* during) {
+  std::string names;
+  for (const auto& p : left)
+    if (warned_left_.insert(p).second) names += (names.empty() ? "" : ", ") + p;
+  if (!names.empty())
+    std::fprintf(stderr, "ringzero: warning: %s left what ringzero did not write in %s: %s\n", during,
+                 cfg_.save_dir.c_str(), names.c_str());
 }
 
 void Trainer::resume() {
@@ -341,7 +375,8 @@ void Trainer::sample(int step) {
 // whether the checkpoint is complete.
 bool Trainer::save(int step) {
   const std::string dir = checkpoint_dir_name(cfg_.save_dir, static_cast<uint64_t>(step));
-  std::string error;
+  std::string error;              // this rank's own failure
+  std::vector<int> failed_ranks;  // every rank's, after each all_ok
   auto attempt = [&](auto&& fn) {
     if (!error.empty()) return;
     try {
@@ -351,15 +386,22 @@ bool Trainer::save(int step) {
     }
   };
   auto all_ok = [&] {  // collective: did every rank succeed so far?
-    float failed = error.empty() ? 0.0f : 1.0f;
-    host_comm_->all_reduce(&failed, 1, ReduceOp::sum);
-    if (failed > 0 && error.empty()) error = "another rank could not write its part";
-    return failed == 0;
+    const float mine = error.empty() ? 0.0f : 1.0f;
+    std::vector<float> all(static_cast<size_t>(world_));
+    host_comm_->all_gather(&mine, all.data(), all.size());
+    failed_ranks.clear();
+    for (int r = 0; r < world_; ++r)
+      if (all[static_cast<size_t>(r)] > 0) failed_ranks.push_back(r);
+    return failed_ranks.empty();
   };
   if (rank0())
     attempt([&] {
+      const std::string kind = non_regular_kind(dir);  // a link or a device planted at the step's name
+      RZ_CHECK(kind.empty() || kind == "a directory", "%s: exists and is %s, not a checkpoint directory", dir.c_str(),
+               kind.c_str());
       fs::create_directories(dir);
       fs::remove(fs::path(dir) / "COMPLETE");  // a re-save of this step after a resume
+      remove_stale_temporaries(dir);           // an earlier save of this step killed midway
     });
   if (all_ok()) attempt([&] { write_rank_files(dir, step); });
   if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
@@ -374,14 +416,24 @@ bool Trainer::save(int step) {
   if (all_ok() && rank0())  // every rank's part is on disk
     attempt([&] {
       write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
-      prune_checkpoints(cfg_.save_dir, cfg_.keep);
+      warn_left(prune_checkpoints(cfg_.save_dir, cfg_.keep), "pruning old checkpoints");
     });
   const bool ok = all_ok();
   if (ok) last_saved_step_ = step;
+  // Each rank names its own failure (the launcher prints it with the rank); the others say who failed.
+  if (!error.empty() && !rank0())
+    std::fprintf(stderr, "ringzero: rank %d: could not write its part of checkpoint %s: %s\n", rank_, dir.c_str(),
+                 error.c_str());
+  std::string others;
+  for (int r : failed_ranks)
+    if (r != rank_) others += strfmt("%s%d", others.empty() ? "" : ", ", r);
+  save_error_ = !error.empty() ? error
+                               : strfmt("rank %s could not write its part (its error is printed above with its rank)",
+                                        others.c_str());
   if (rank0()) {
     if (ok) std::printf("saved checkpoint %s\n", dir.c_str());
     else std::fprintf(stderr, "ringzero: warning: checkpoint at step %d NOT saved (%s); training state stays in "
-                              "memory and the next save tries again\n", step, error.c_str());
+                              "memory and the next save tries again\n", step, save_error_.c_str());
     std::fflush(stdout);
   }
   return ok;
@@ -405,30 +457,40 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
 }
 
 // Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so
-// they stop after the same step.
+// they stop after the same step, and on the signal: this rank's own, else SIGINT if it
+// reached any rank, else SIGTERM.
 bool Trainer::stop_agreed() {
-  float stop = stop_signal_received() != 0 ? 1.0f : 0.0f;
-  if (world_ > 1) host_comm_->all_reduce(&stop, 1, ReduceOp::sum);
-  return stop > 0;
+  const int mine = stop_signal_received();
+  float got[2] = {mine == SIGINT ? 1.0f : 0.0f, mine != 0 && mine != SIGINT ? 1.0f : 0.0f};  // ranks hit by each
+  if (world_ > 1) host_comm_->all_reduce(got, 2, ReduceOp::sum);
+  if (got[0] + got[1] == 0) return false;
+  stop_sig_ = mine != 0 ? mine : got[0] > 0 ? SIGINT : SIGTERM;
+  stop_hit_ = static_cast<int>(got[0] + got[1]);
+  return true;
 }
 
-// A signal stopped the run after `step`: save (unless that step was just saved), say where
-// to resume, and exit non-zero (128 + signal, as the shell reports a signal).
+// A signal stopped the run after `step`: save (unless that step was just saved), say which
+// rank the signal reached and where to resume, and exit non-zero (128 + signal, as a shell
+// reports one). A rank the signal reached says so (base/stop_signal.h's notice, which the
+// launcher reads back); rank 0 says what was saved.
 int Trainer::stop_after(int step) {
-  const int sig = stop_signal_received() != 0 ? stop_signal_received() : SIGTERM;
+  const int sig = stop_sig_;
   bool saved = last_saved_step_ == step;
   if (!cfg_.save_dir.empty() && !saved) saved = save(step);
   comm_->barrier();
+  std::fflush(stdout);
+  if (stop_signal_received() != 0) std::fprintf(stderr, "%s\n", stop_notice(rank_, stop_signal_received()).c_str());
   if (rank0()) {
-    std::fflush(stdout);
+    const std::string who = world_ == 1 ? std::string() : strfmt(" (it reached %d of %d ranks)", stop_hit_, world_);
     if (saved)
-      std::fprintf(stderr, "ringzero: stopped by %s after step %d; checkpoint %s is saved: run the same command with "
-                           "--resume to continue\n", strsignal(sig), step,
+      std::fprintf(stderr, "ringzero: stopped by %s%s after step %d; checkpoint %s is saved: run the same command "
+                           "with --resume to continue\n", signal_name(sig).c_str(), who.c_str(), step,
                    checkpoint_dir_name(cfg_.save_dir, static_cast<uint64_t>(step)).c_str());
     else
-      std::fprintf(stderr, "ringzero: stopped by %s after step %d; nothing saved (%s)\n", strsignal(sig), step,
-                   cfg_.save_dir.empty() ? "no --save-dir" : "the save failed");
+      std::fprintf(stderr, "ringzero: stopped by %s%s after step %d; nothing saved (%s)\n", signal_name(sig).c_str(),
+                   who.c_str(), step, cfg_.save_dir.empty() ? "no --save-dir" : "the save failed");
   }
+  std::fflush(stderr);
   return 128 + sig;
 }
 
@@ -457,8 +519,6 @@ int Trainer::run() {
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
       std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
-    if (tok_ == nullptr && cfg_.sample_every > 0)
-      std::printf("note: no tokenizer (no --tokenizer and no tokenizer.bin beside the data): no samples\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
   }
@@ -471,7 +531,7 @@ int Trainer::run() {
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
                                            std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision),
-                                           &model_->backend());
+                                           model_->backend().trace_clock(), &model_->backend());
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
@@ -496,6 +556,9 @@ int Trainer::run() {
         rec.skipped = true;
         rec.grad_norm = NAN;  // no backward ran: there is no gradient to measure
         loss_sum = loss * accum_;
+        RZ_CHECK(++skipped_in_a_row_ < cfg_.max_consecutive_skips,
+                 "step %d: the loss is %s again: %d steps in a row were skipped (max_consecutive_skips); the model "
+                 "is not recovering, stopping", s + 1, std::isnan(loss) ? "NaN" : "inf", skipped_in_a_row_);
         break;
       }
       loss_sum += loss;
@@ -504,6 +567,7 @@ int Trainer::run() {
       strategy_->end_micro_step();
     }
     rec.loss = static_cast<float>(loss_sum / accum_);
+    if (!rec.skipped) skipped_in_a_row_ = 0;
     if (!rec.skipped) {
       RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
       const StepStats st = strategy_->step(static_cast<float>(rec.lr));
@@ -541,8 +605,8 @@ int Trainer::run() {
     if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
     if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
       RZ_TRACE_SCOPE("checkpoint");
-      RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved (see the warning above)",
-               s + 1);
+      RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved: %s", s + 1,
+               save_error_.c_str());
     }
     // The stop vote is a collective of this step: it goes into the step's counters and
     // trace before end_step closes them.

@@ -1,9 +1,11 @@
 // ringzero: a standalone trainer for small GPTs with its own ring collectives.
 // This file only dispatches to the subcommands registered in train/cmd_*.cpp.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "base/check.h"
 #include "base/stop_signal.h"
@@ -45,10 +47,18 @@ int main(int argc, char** argv) {
   // SIGINT/SIGTERM: cleanups (shm segments) and then the default action, except inside the
   // training loop, which finishes its step and saves (base/stop_signal.h).
   rz::install_stop_handlers();
+  // A file-size limit (ulimit -f) then makes write() fail with EFBIG, which the writers
+  // report naming the file, instead of killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return it->run(argc - 1, argv + 1);
   } catch (const rz::Error& e) {
     std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The big buffers name themselves (base/memory.h); this is a smaller allocation.
+    std::fprintf(stderr, "ringzero %s: error: out of memory (an allocation failed; smaller --batch, --seq or model, "
+                 "or fewer ranks per machine)\n", argv[1]);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());

@@ -16,7 +16,13 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::open(const std::string& path, bool append, int keep_through_step) {
   if (f_ != nullptr) std::fclose(f_);
+  f_ = nullptr;
   path_ = path;
+  // Appended to in place: anything but a regular file (a FIFO would block, a device or a
+  // data file would be written into) is refused; /dev/null discards.
+  const std::string kind = is_dev_null(path) ? std::string() : non_regular_kind(path);
+  RZ_CHECK(kind.empty(), "metrics: %s exists and is %s; give a new or regular file's name (or /dev/null)",
+           path.c_str(), kind.c_str());
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // fopen below reports failures

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "base/check.h"
 #include "base/file.h"
+#include "train/gnuplot.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -31,16 +33,14 @@ const std::array<const char*, 8> kTagColours = {"#4c72b0", "#dd8452", "#55a868",
 const std::array<const char*, 8> kLineColours = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                                  "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-// A gnuplot single-quoted string: '' stands for '.
-std::string gp_string(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
-
+// An input file's text. Anything but a regular file (a FIFO would block forever, a
+// directory reads as nothing) is refused first.
 std::string read_text(const std::string& path, const char* what) {
-  std::ifstream f(path);
-  RZ_CHECK(f.good(), "%s: cannot read %s", what, path.c_str());
+  struct stat st {};
+  RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s: cannot read %s: %s", what, shown(path).c_str(), errno_string().c_str());
+  RZ_CHECK(S_ISREG(st.st_mode), "%s: %s is not a regular file", what, shown(path).c_str());
+  std::ifstream f(path, std::ios::binary);
+  RZ_CHECK(f.good(), "%s: cannot read %s", what, shown(path).c_str());
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
@@ -55,6 +55,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 std::string stem(const std::string& path) { return fs::path(path).stem().string(); }
 
+
 std::string header(const std::string& out, const std::string& title, int w, int h) {
   std::string s = "# written by `ringzero plot`; run it again with: gnuplot THIS_FILE\n";
   if (plot_format(out) == "svg") {
@@ -64,15 +65,72 @@ std::string header(const std::string& out, const std::string& title, int w, int 
                 "noenhanced } else { set terminal png size %d,%d noenhanced }\n",
                 w, h, w, h);
   }
-  s += "set output " + gp_string(out) + "\n";
-  if (!title.empty()) s += "set title " + gp_string(title) + "\n";
+  s += "set output " + gp_string(output_name(out), "--out") + "\n";
+  if (!title.empty()) s += "set title " + gp_string(title, "--title") + "\n";
   return s + "set grid\n";
 }
 
+// Checked reads of a JSON field: a missing field or a wrong type is one line naming the
+// place (file:line or file and the object) and the field, never nlohmann's own text.
+std::string kind_of(const json& v) {
+  if (v.is_string()) return "the string " + shown(v.get<std::string>().substr(0, 40));
+  if (v.is_number()) return "the number " + v.dump();
+  return v.type_name();
+}
+const json& field(const json& j, const char* key, const std::string& where) {
+  RZ_CHECK(j.is_object(), "%s: expected a JSON object, found %s", where.c_str(), kind_of(j).c_str());
+  auto it = j.find(key);
+  RZ_CHECK(it != j.end(), "%s: no \"%s\"", where.c_str(), key);
+  return *it;
+}
 double number_at(const json& j, const char* key, const std::string& where) {
-  RZ_CHECK(j.contains(key), "%s: no \"%s\"", where.c_str(), key);
-  RZ_CHECK(j[key].is_number(), "%s: \"%s\" is not a number", where.c_str(), key);
-  return j[key].get<double>();
+  const json& v = field(j, key, where);
+  RZ_CHECK(v.is_number(), "%s: \"%s\": expected a number, found %s", where.c_str(), key, kind_of(v).c_str());
+  const double x = v.get<double>();
+  RZ_CHECK(std::isfinite(x), "%s: \"%s\": expected a finite number, found %g", where.c_str(), key, x);
+  return x;
+}
+// A byte count: a finite number in [0, 2^60].
+double bytes_at(const json& j, const char* key, const std::string& where) {
+  const double x = number_at(j, key, where);
+  RZ_CHECK(x >= 0 && x <= std::ldexp(1.0, 60), "%s: \"%s\": expected a byte count in 0..2^60, found %g",
+           where.c_str(), key, x);
+  return x;
+}
+int int_at(const json& j, const char* key, const std::string& where, int lo, int hi) {
+  const json& v = field(j, key, where);
+  RZ_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+           "%s: \"%s\": expected an integer in %d..%d, found %s", where.c_str(), key, lo, hi, kind_of(v).c_str());
+  return static_cast<int>(v.get<int64_t>());
+}
+// A string that is only compared, never drawn.
+std::string string_at(const json& j, const char* key, const std::string& where) {
+  const json& v = field(j, key, where);
+  RZ_CHECK(v.is_string(), "%s: \"%s\": expected a string, found %s", where.c_str(), key, kind_of(v).c_str());
+  return v.get<std::string>();
+}
+// A string that will be drawn (so it goes into the script): check_text'ed here.
+std::string text_at(const json& j, const char* key, const std::string& where) {
+  const json& v = field(j, key, where);
+  RZ_CHECK(v.is_string(), "%s: \"%s\": expected a string, found %s", where.c_str(), key, kind_of(v).c_str());
+  const std::string s = v.get<std::string>();
+  check_text(s, strfmt("%s: \"%s\"", where.c_str(), key));
+  return s;
+}
+// A map of tag -> bytes (bytes_by_tag, peak): the known tags, each a byte count.
+std::array<double, 8> tag_bytes(const json& j, const char* key, const std::string& where) {
+  const json& m = field(j, key, where);
+  RZ_CHECK(m.is_object(), "%s: \"%s\": expected an object of bytes per tag, found %s", where.c_str(), key,
+           kind_of(m).c_str());
+  std::array<double, 8> out{};
+  for (size_t t = 0; t < kTags.size(); ++t)
+    if (m.contains(kTags[t])) out[t] = bytes_at(m, kTags[t], strfmt("%s: \"%s\"", where.c_str(), key));
+  return out;
+}
+const json& array_at(const json& j, const char* key, const std::string& where) {
+  const json& v = field(j, key, where);
+  RZ_CHECK(v.is_array(), "%s: \"%s\": expected an array, found %s", where.c_str(), key, kind_of(v).c_str());
+  return v;
 }
 
 }  // namespace
@@ -98,36 +156,39 @@ std::string loss_plot_script(const LossPlotArgs& a) {
     size_t points = 0;
     for (size_t i = 0; i < lines.size(); ++i) {
       if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = strfmt("%s:%zu", path.c_str(), i + 1);
+      const std::string where = strfmt("%s:%zu", escaped(path).c_str(), i + 1);
       json j = json::parse(lines[i], nullptr, false);
       RZ_CHECK(!j.is_discarded() && j.is_object(), "%s: not a JSON object", where.c_str());
       if (a.x == "tokens")
         RZ_CHECK(j.contains("tokens"), "%s: no \"tokens\" (written by an older ringzero?); plot with --x step",
                  where.c_str());
       const double x = number_at(j, a.x.c_str(), where);
-      RZ_CHECK(j.contains("loss"), "%s: no \"loss\"", where.c_str());
-      if (j["loss"].is_number()) {  // null: a skipped (non-finite) step
-        train += strfmt("%.17g %.9g\n", x, j["loss"].get<double>());
+      // null: a skipped (non-finite) step
+      if (!field(j, "loss", where).is_null()) {
+        train += strfmt("%.17g %.9g\n", x, number_at(j, "loss", where));
         ++points;
       }
-      if (j.contains("val_loss") && j["val_loss"].is_number())
-        val += strfmt("%.17g %.9g\n", x, j["val_loss"].get<double>());
+      if (j.contains("val_loss") && !j["val_loss"].is_null())
+        val += strfmt("%.17g %.9g\n", x, number_at(j, "val_loss", where));
     }
-    RZ_CHECK(points > 0, "--metrics: %s has no step with a finite loss", path.c_str());
+    RZ_CHECK(points > 0, "--metrics: %s has no step with a finite loss", shown(path).c_str());
     const std::string label = a.labels.empty() ? stem(path) : a.labels[f];
+    const std::string label_what =
+        a.labels.empty() ? strfmt("--metrics: the file name %s (the default label; give --label)", shown(path).c_str())
+                         : std::string("--label");
     const char* colour = kLineColours[f % kLineColours.size()];
     data += strfmt("$train%zu << EOD\n%sEOD\n", f, train.c_str());
     plots += strfmt("%s$train%zu using 1:2 with lines lw 2 lc rgb '%s' title %s", plots.empty() ? "" : ", ", f, colour,
-                    gp_string(label + " loss").c_str());
+                    gp_string(label + " loss", label_what).c_str());
     if (!val.empty()) {
       data += strfmt("$val%zu << EOD\n%sEOD\n", f, val.c_str());
       plots += strfmt(", $val%zu using 1:2 with linespoints dt 2 lw 2 pt 7 ps 1.2 lc rgb '%s' title %s", f, colour,
-                      gp_string(label + " val loss").c_str());
+                      gp_string(label + " val loss", label_what).c_str());
     }
   }
   std::string s = header(a.out, a.title.empty() ? "training and validation loss" : a.title, 1000, 600);
   s += data;
-  s += "set xlabel " + gp_string(a.x == "tokens" ? "tokens seen (all ranks)" : "optimizer step") + "\n";
+  s += "set xlabel " + gp_string(a.x == "tokens" ? "tokens seen (all ranks)" : "optimizer step", "--x") + "\n";
   s += "set ylabel 'loss (nats per token)'\nset key top right\n";
   if (a.x == "tokens") s += "set format x '%.1s%c'\n";
   return s + "plot " + plots + "\n";
@@ -148,22 +209,21 @@ std::vector<Group> estimate_groups(const std::vector<std::string>& files) {
   std::vector<Group> groups;
   for (const std::string& path : files) {
     json j = json::parse(read_text(path, "--estimate"), nullptr, false);
-    RZ_CHECK(!j.is_discarded() && j.contains("rows") && j["rows"].is_array(),
-             "--estimate: %s is not the output of `ringzero memory --json`", path.c_str());
-    for (const json& row : j["rows"]) {
-      RZ_CHECK(row.contains("bytes_by_tag") && row.contains("strategy") && row.contains("nranks"),
-               "--estimate: %s: a row without strategy, nranks or bytes_by_tag (written by an older ringzero?)",
-               path.c_str());
-      const std::string strategy = row["strategy"].get<std::string>();
+    RZ_CHECK(!j.is_discarded() && j.is_object() && j.contains("rows"),
+             "--estimate: %s is not the output of `ringzero memory --json`", shown(path).c_str());
+    const json& rows = array_at(j, "rows", "--estimate: " + escaped(path));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string where = strfmt("--estimate: %s: rows[%zu]", escaped(path).c_str(), i);
+      const json& row = rows[i];
+      RZ_CHECK(row.is_object() && row.contains("bytes_by_tag") && row.contains("strategy") && row.contains("nranks"),
+               "%s: a row without strategy, nranks or bytes_by_tag (written by an older ringzero?)", where.c_str());
+      const std::string strategy = text_at(row, "strategy", where);
       auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.title == strategy; });
       if (g == groups.end()) {
         groups.push_back(Group{strategy, {}});
         g = groups.end() - 1;
       }
-      Bar b{strfmt("N=%d", row["nranks"].get<int>()), {}};
-      for (size_t t = 0; t < kTags.size(); ++t)
-        if (row["bytes_by_tag"].contains(kTags[t])) b.bytes[t] = row["bytes_by_tag"][kTags[t]].get<double>();
-      g->bars.push_back(b);
+      g->bars.push_back(Bar{strfmt("N=%d", int_at(row, "nranks", where, 1, 1 << 20)), tag_bytes(row, "bytes_by_tag", where)});
     }
   }
   return groups;
@@ -173,15 +233,18 @@ std::vector<Group> measured_groups(const std::vector<std::string>& files) {
   std::vector<Group> groups;
   for (const std::string& path : files) {
     json j = json::parse(read_text(path, "--measured"), nullptr, false);
-    RZ_CHECK(!j.is_discarded() && j.contains("ranks") && j.contains("strategy") && j.contains("nranks"),
-             "--measured: %s is not a train --memory-report file", path.c_str());
-    Group g{strfmt("%s N=%d", j["strategy"].get<std::string>().c_str(), j["nranks"].get<int>()), {}};
-    for (const json& r : j["ranks"]) {
-      RZ_CHECK(r.contains("peak") && r.contains("rank"), "--measured: %s: a rank without peak bytes", path.c_str());
-      Bar b{strfmt("rank %d", r["rank"].get<int>()), {}};
-      for (size_t t = 0; t < kTags.size(); ++t)
-        if (r["peak"].contains(kTags[t])) b.bytes[t] = r["peak"][kTags[t]].get<double>();
-      g.bars.push_back(b);
+    RZ_CHECK(!j.is_discarded() && j.is_object() && j.contains("ranks") && j.contains("strategy") &&
+                 j.contains("nranks"),
+             "--measured: %s is not a train --memory-report file", shown(path).c_str());
+    const std::string where = "--measured: " + escaped(path);
+    Group g{strfmt("%s N=%d", text_at(j, "strategy", where).c_str(), int_at(j, "nranks", where, 1, 1 << 20)), {}};
+    const json& ranks = array_at(j, "ranks", where);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const std::string rwhere = strfmt("%s: ranks[%zu]", where.c_str(), i);
+      RZ_CHECK(ranks[i].is_object() && ranks[i].contains("peak") && ranks[i].contains("rank"),
+               "%s: a rank without peak bytes", rwhere.c_str());
+      g.bars.push_back(Bar{strfmt("rank %d", int_at(ranks[i], "rank", rwhere, 0, 1 << 20)),
+                           tag_bytes(ranks[i], "peak", rwhere)});
     }
     groups.push_back(g);
   }
@@ -200,13 +263,13 @@ std::string histogram_panel(const std::vector<Group>& groups, const std::string&
       s += "\n";
     }
     s += "EOD\n";
-    plot += strfmt("%snewhistogram %s lt 1", g ? ", " : "", gp_string(groups[g].title).c_str());
+    plot += strfmt("%snewhistogram %s lt 1", g ? ", " : "", gp_string(groups[g].title, "strategy").c_str());
     for (size_t t = 0; t < kTags.size(); ++t) {
       plot += strfmt(", $%s%zu using %zu%s lc rgb '%s' %s", name.c_str(), g, t + 2, t == 0 ? ":xtic(1)" : "",
-                     kTagColours[t], g == 0 && key ? ("title " + gp_string(kTags[t])).c_str() : "notitle");
+                     kTagColours[t], g == 0 && key ? ("title " + gp_string(kTags[t], "tag")).c_str() : "notitle");
     }
   }
-  s += "set title " + gp_string(title) + "\n";
+  s += "set title " + gp_string(title, "--title") + "\n";
   s += strfmt("set ylabel '%s per rank'\n", unit_name);
   s += key ? "set key outside right top vertical title 'tag' reverse Left\n" : "unset key\n";
   return s + "plot " + plot + "\n";
@@ -235,7 +298,7 @@ std::string memory_plot_script(const MemoryPlotArgs& a) {
        "set style fill solid 0.9 border rgb '#333333'\nset boxwidth 0.75\nset xtics norotate nomirror\nset bmargin 5\n"
        "set grid ytics\nunset xlabel\n";
   s += strfmt("set yrange [0:%.6g]\n", top / unit * 1.08);  // one scale for both panels
-  if (both) s += "set multiplot title " + gp_string(a.title.empty() ? "bytes per rank by tag" : a.title) + "\n";
+  if (both) s += "set multiplot title " + gp_string(a.title.empty() ? "bytes per rank by tag" : a.title, "--title") + "\n";
   // Side by side: the estimates (many bars) get the wider panel, the measured one the key.
   if (both) s += "set origin 0,0\nset size 0.56,0.94\n";
   if (!est.empty())
@@ -263,16 +326,17 @@ std::string comm_plot_script(const CommPlotArgs& a) {
       const std::string& l = lines[i];
       const size_t first = l.find_first_not_of(" \t\r");
       if (first == std::string::npos || l[first] == '#') continue;
-      const std::string where = strfmt("%s:%zu", path.c_str(), i + 1);
+      const std::string where = strfmt("%s:%zu", escaped(path).c_str(), i + 1);
       double bytes = 0, busbw = 0;
       if (l[first] == '{') {  // comm-bench --json
         json j = json::parse(l, nullptr, false);
-        RZ_CHECK(!j.is_discarded(), "%s: not a JSON object", where.c_str());
+        RZ_CHECK(!j.is_discarded() && j.is_object(), "%s: not a JSON object", where.c_str());
         bytes = number_at(j, "bytes", where);
         busbw = number_at(j, "busbw_gbps", where);
-        if (label.empty() && j.contains("op"))
-          label = strfmt("%s %s N=%d", j["op"].get<std::string>().c_str(),
-                         j.value("transport", std::string("?")).c_str(), j.value("nranks", 0));
+        if (label.empty() && j.contains("op"))  // the default label: op, transport and N of the first line
+          label = strfmt("%s %s N=%d", text_at(j, "op", where).c_str(),
+                         j.contains("transport") ? text_at(j, "transport", where).c_str() : "?",
+                         j.contains("nranks") ? int_at(j, "nranks", where, 1, 1 << 20) : 0);
       } else {  // a table: comm-bench's (8 columns) or bench/'s MPI and Gloo programs (6)
         std::vector<std::string> col;
         std::stringstream ss(l);
@@ -289,17 +353,27 @@ std::string comm_plot_script(const CommPlotArgs& a) {
                  "busbw #wrong)",
                  where.c_str());
       }
-      RZ_CHECK(bytes > 0 && std::isfinite(busbw), "%s: size must be positive and busbw finite", where.c_str());
+      // Sizes of 1 byte to 2^60 keep the power-of-two tics below in range.
+      RZ_CHECK(std::isfinite(bytes) && bytes >= 1 && bytes <= std::ldexp(1.0, 60) && std::isfinite(busbw) && busbw >= 0,
+               "%s: expected a size of 1 byte to 2^60 and a finite busbw >= 0, found %g and %g", where.c_str(), bytes,
+               busbw);
       rows += strfmt("%.17g %.9g\n", bytes, busbw);
       lo = lo == 0 ? bytes : std::min(lo, bytes);
       hi = std::max(hi, bytes);
     }
-    RZ_CHECK(!rows.empty(), "--results: %s holds no result rows", path.c_str());
-    if (!a.labels.empty()) label = a.labels[f];
-    if (label.empty()) label = stem(path);
+    RZ_CHECK(!rows.empty(), "--results: %s holds no result rows", shown(path).c_str());
+    std::string label_what = strfmt("--results: %s: \"op\", \"transport\"", escaped(path).c_str());
+    if (!a.labels.empty()) {
+      label = a.labels[f];
+      label_what = "--label";
+    }
+    if (label.empty()) {
+      label = stem(path);
+      label_what = strfmt("--results: the file name %s (the default label; give --label)", shown(path).c_str());
+    }
     data += strfmt("$bench%zu << EOD\n%sEOD\n", f, rows.c_str());
     plots += strfmt("%s$bench%zu using 1:2 with linespoints lw 2 pt 7 lc rgb '%s' title %s", plots.empty() ? "" : ", ",
-                    f, kLineColours[f % kLineColours.size()], gp_string(label).c_str());
+                    f, kLineColours[f % kLineColours.size()], gp_string(label, label_what).c_str());
   }
   std::string s = header(a.out, a.title.empty() ? "bus bandwidth (nccl-tests busbw)" : a.title, 1000, 600);
   s += data;
@@ -340,22 +414,13 @@ void run_gnuplot(const std::string& script, const std::string& out_path) {
   write_file_atomic(script_path, script);
   std::error_code ec;
   fs::remove(out_path, ec);
-  auto shell_quoted = [](const std::string& x) {
-    std::string q = "'";
-    for (char c : x) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
-  };
-  const std::string cmd = shell_quoted(gnuplot) + " " + shell_quoted(script_path) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  RZ_CHECK(p != nullptr, "plot: cannot start %s: %s", gnuplot.c_str(), errno_string().c_str());
   std::string said;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) said += buf;
-  const int st = ::pclose(p);
+  const int st = gnuplot_process(gnuplot, script, said);
   while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-  for (char& c : said)
-    if (c == '\n') c = ' ';
-  RZ_CHECK(st == 0, "plot: gnuplot failed on %s: %s", script_path.c_str(), said.c_str());
+  for (char& c : said)  // one line, and nothing a terminal would act on
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  RZ_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "plot: gnuplot failed on %s (%s): %s", script_path.c_str(),
+           WIFEXITED(st) ? strfmt("exit status %d", WEXITSTATUS(st)).c_str() : strsignal(WTERMSIG(st)), said.c_str());
   struct stat sb {};
   RZ_CHECK(::stat(out_path.c_str(), &sb) == 0 && sb.st_size > 0, "plot: gnuplot wrote no picture to %s%s%s",
            out_path.c_str(), said.empty() ? "" : ": ", said.c_str());
@@ -367,8 +432,9 @@ namespace rz {
 
 std::string trace_plot_script(const TracePlotArgs& a) {
   json t = json::parse(read_text(a.trace, "--trace"), nullptr, false);
-  RZ_CHECK(!t.is_discarded() && t.contains("traceEvents") && t["traceEvents"].is_array(),
-           "--trace: %s is not a Chrome trace-event file (train --trace)", a.trace.c_str());
+  RZ_CHECK(!t.is_discarded() && t.is_object() && t.contains("traceEvents"),
+           "--trace: %s is not a Chrome trace-event file (train --trace)", shown(a.trace).c_str());
+  const json& events = array_at(t, "traceEvents", "--trace: " + escaped(a.trace));
   // Kinds of span drawn, in legend order: (name prefix, track, colour, legend).
   struct Kind {
     const char* prefix;
@@ -386,36 +452,54 @@ std::string trace_plot_script(const TracePlotArgs& a) {
                              {"reduce_scatter", 2, "#937860", "ReduceScatter", {}},
                              {"all_gather", 2, "#17becf", "AllGather", {}},
                              {"", 2, "#bbbbbb", "other collectives", {}}};
+  // The fields drawn, read and checked once: (ph, name) are only compared, never drawn.
+  struct Event {
+    std::string ph, name;
+    int pid = 0, tid = 1;
+    bool has_ts = false;
+    double ts = 0, dur = -1, value = 0;  // ms; dur < 0: none
+  };
+  std::vector<Event> evs;
   int nranks = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const std::string where = strfmt("--trace: %s: traceEvents[%zu]", escaped(a.trace).c_str(), i);
+    const json& e = events[i];
+    RZ_CHECK(e.is_object(), "%s: expected a JSON object, found %s", where.c_str(), kind_of(e).c_str());
+    if (!e.contains("ph")) continue;
+    Event ev;
+    ev.ph = string_at(e, "ph", where);
+    ev.pid = int_at(e, "pid", where, 0, 1023);  // a rank
+    if (e.contains("name")) ev.name = string_at(e, "name", where);
+    if (e.contains("tid")) ev.tid = int_at(e, "tid", where, 0, 1 << 30);
+    ev.has_ts = e.contains("ts");
+    if (ev.has_ts) ev.ts = number_at(e, "ts", where) / 1e3;
+    if (ev.ph == "X" && e.contains("dur")) ev.dur = number_at(e, "dur", where) / 1e3;
+    RZ_CHECK(ev.ph != "X" || !e.contains("dur") || ev.dur >= 0, "%s: \"dur\": expected a duration >= 0, found %g",
+             where.c_str(), ev.dur * 1e3);
+    if (ev.ph == "C" && e.contains("args") && field(e, "args", where).contains("value"))
+      ev.value = number_at(e["args"], "value", where + ": \"args\"");
+    nranks = std::max(nranks, ev.pid + 1);
+    evs.push_back(std::move(ev));
+  }
+  RZ_CHECK(nranks > 0, "--trace: %s has no rank rows", shown(a.trace).c_str());
   double t_end = 0;
   std::string labels;
-  for (const json& e : t["traceEvents"]) {
-    if (!e.contains("ph") || !e.contains("pid")) continue;
-    nranks = std::max(nranks, e["pid"].get<int>() + 1);
-  }
-  RZ_CHECK(nranks > 0 && nranks <= 1024, "--trace: %s has no rank rows", a.trace.c_str());
   auto row_y = [&](int rank, int tid) { return 2.0 * (nranks - 1 - rank) + (tid == 1 ? 1.0 : 0.4); };
-  for (const json& e : t["traceEvents"]) {
-    if (!e.contains("ph") || !e.contains("ts") || !e["ts"].is_number()) continue;
-    const std::string ph = e["ph"].get<std::string>(), name = e.value("name", std::string());
-    const int pid = e["pid"].get<int>();
-    const double ts = e["ts"].get<double>() / 1e3;  // ms
-    if (ph == "C" && pid == 0) {
-      const double v = e.contains("args") ? e["args"].value("value", 0.0) : 0.0;
-      labels += strfmt("set label 'overlap %.0f%%' at %.6g, %.6g left font ',9' tc rgb '#444444'\n", v, ts,
+  for (const Event& e : evs) {
+    if (!e.has_ts) continue;
+    if (e.ph == "C" && e.pid == 0) {
+      labels += strfmt("set label 'overlap %.0f%%' at %.6g, %.6g left font ',9' tc rgb '#444444'\n", e.value, e.ts,
                        2.0 * nranks - 0.35);
-      labels += strfmt("set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '#999999'\n", ts, ts);
+      labels += strfmt("set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '#999999'\n", e.ts, e.ts);
       continue;
     }
-    if (ph != "X" || !e.contains("dur")) continue;
-    const int tid = e.value("tid", 1);
-    const double dur = e["dur"].get<double>() / 1e3;
-    t_end = std::max(t_end, ts + dur);
+    if (e.ph != "X" || e.dur < 0) continue;
+    t_end = std::max(t_end, e.ts + e.dur);
     for (Kind& k : kinds) {
-      const bool match = k.tid == tid && (std::string(k.prefix).empty() || name.rfind(k.prefix, 0) == 0 ||
-                                          (std::string(k.prefix) == "data" && (name == "eval" || name == "checkpoint")));
+      const bool match = k.tid == e.tid && (std::string(k.prefix).empty() || e.name.rfind(k.prefix, 0) == 0 ||
+                                            (std::string(k.prefix) == "data" && (e.name == "eval" || e.name == "checkpoint")));
       if (!match) continue;
-      k.rows += strfmt("%.6g %.6g %.6g %.6g\n", ts + dur / 2, row_y(pid, tid), dur / 2, tid == 1 ? 0.3 : 0.25);
+      k.rows += strfmt("%.6g %.6g %.6g %.6g\n", e.ts + e.dur / 2, row_y(e.pid, e.tid), e.dur / 2, e.tid == 1 ? 0.3 : 0.25);
       break;
     }
   }
@@ -426,9 +510,9 @@ std::string trace_plot_script(const TracePlotArgs& a) {
     if (kinds[i].rows.empty()) continue;
     s += strfmt("$k%zu << EOD\n%sEOD\n", i, kinds[i].rows.c_str());
     plots += strfmt("%s$k%zu using 1:2:3:4 with boxxyerror fs solid 0.9 noborder lc rgb '%s' title %s",
-                    plots.empty() ? "" : ", ", i, kinds[i].colour, gp_string(kinds[i].legend).c_str());
+                    plots.empty() ? "" : ", ", i, kinds[i].colour, gp_string(kinds[i].legend, "legend").c_str());
   }
-  RZ_CHECK(!plots.empty(), "--trace: %s holds no spans", a.trace.c_str());
+  RZ_CHECK(!plots.empty(), "--trace: %s holds no spans", shown(a.trace).c_str());
   std::string tics;
   for (int r = 0; r < nranks; ++r)
     tics += strfmt("%s'rank %d compute' %.6g, 'rank %d comm' %.6g", r ? ", " : "", r, row_y(r, 1), r, row_y(r, 2));

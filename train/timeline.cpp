@@ -32,9 +32,18 @@ TraceSteps parse_trace_steps(const std::string& text, const char* key) {
   return s;
 }
 
-TraceWindow::TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label, Backend* backend)
-    : path_(std::move(path)), steps_(steps), label_(std::move(label)), backend_(backend) {
+TraceWindow::TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label,
+                         trace::DeviceClock* device_clock, Backend* backend)
+    : path_(std::move(path)), steps_(steps), label_(std::move(label)), backend_(backend), clock_(device_clock) {
   steps_.last = std::min(steps_.last, last_step);
+}
+
+TraceWindow::~TraceWindow() {
+  if (clock_rank_ < 0) return;
+  try {
+    trace::set_device_clock(clock_rank_, nullptr);
+  } catch (...) {  // a device error while resolving: nothing left to report it to
+  }
 }
 
 void TraceWindow::begin_step(Communicator& comm, int step) {
@@ -42,16 +51,21 @@ void TraceWindow::begin_step(Communicator& comm, int step) {
   if (!open_) {
     comm.barrier();  // the clocks' common zero (timeline.h)
     trace::set_process_rank(comm.rank());
-    trace::start();
+    if (clock_ != nullptr) {
+      clock_rank_ = comm.rank();
+      trace::set_device_clock(clock_rank_, clock_);
+    }
+    trace::start();  // sets the device clock's origin too: the device is idle from here
     open_ = true;
   }
-  step_start_us_ = trace::now_us();
+  step_start_ = trace::stamp(comm.rank());
+  counter_at_ = trace::stamp(comm.rank());
   step_start_stats_ = comm.stats();
 }
 
 void TraceWindow::end_step(Communicator& comm, int step, double overlap) {
   if (!open_ || written_) return;
-  const double now = trace::now_us();
+  const trace::Stamp now = trace::stamp(comm.rank());
   const CommStats& st = comm.stats();
   std::string args = strfmt("\"overlap_pct\":%.2f", 100.0 * overlap);
   for (int k = 0; k < kNumCollectiveKinds; ++k) {
@@ -61,9 +75,9 @@ void TraceWindow::end_step(Communicator& comm, int step, double overlap) {
     args += strfmt(",\"%s_calls\":%llu", collective_name(static_cast<CollectiveKind>(k)),
                    static_cast<unsigned long long>(calls));
   }
-  trace::span(comm.rank(), trace::Track::compute, strfmt("step %d", step), step_start_us_,
-              now - step_start_us_, args);
-  trace::counter(comm.rank(), "overlap %", step_start_us_, 100.0 * overlap);
+  trace::span(comm.rank(), trace::Track::compute, strfmt("step %d", step), step_start_, now, args);
+  trace::counter(comm.rank(), "overlap %", counter_at_, 100.0 * overlap);
+  trace::resolve();  // this step's device stamps, while they are few
   if (step >= steps_.last) write(comm);
 }
 
@@ -77,6 +91,10 @@ void TraceWindow::finish(Communicator& comm) {
 void TraceWindow::write(Communicator& comm) {
   trace::stop();
   written_ = true;
+  if (clock_rank_ >= 0) {
+    trace::set_device_clock(clock_rank_, nullptr);  // resolves what is left first
+    clock_rank_ = -1;
+  }
   const size_t bytes = write_merged_trace(comm, backend_ != nullptr ? *backend_ : cpu_backend(), path_, label_, window_stats_);
   if (comm.rank() == 0) {
     std::printf("trace: steps %d..%d of %d rank(s) written to %s (%.1f KB; open it in https://ui.perfetto.dev "

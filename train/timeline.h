@@ -7,7 +7,8 @@
 //                   microseconds on shm, a network hop on tcp). Steady clocks of different
 //                   hosts never need to agree.
 //   end_step(s)     a "step s" span over the whole step and the "overlap %" counter, with
-//                   the comm counters' calls per collective as arguments; after step B,
+//                   the comm counters' calls per collective as arguments; on a GPU rank
+//                   (a device clock) the step's device stamps are resolved here; after step B,
 //                   trace::stop() and every rank's events go to rank 0 (one AllGather of
 //                   lengths, one of the JSON text), which writes the merged file.
 // The file is Chrome trace-event JSON ({"traceEvents": [...]}): one process row per rank
@@ -16,6 +17,7 @@
 
 #include <string>
 
+#include "base/trace.h"
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 
@@ -31,9 +33,15 @@ TraceSteps parse_trace_steps(const std::string& text, const char* key = "trace_s
 class TraceWindow {
  public:
   // path empty: the window never opens and every call is a no-op. steps is clipped to
-  // [1, last_step]. backend: the model's, through which the events travel where the
-  // communicator takes device buffers only (nccl); null: the CPU's.
-  TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label, Backend* backend = nullptr);
+  // [1, last_step]. device_clock: the model's backend's (Backend::trace_clock; null on the
+  // CPU): while the window is open the rank's compute spans are device time. backend: the
+  // model's, through which the events travel where the communicator takes device buffers
+  // only (nccl); null: the CPU's.
+  TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label,
+              trace::DeviceClock* device_clock = nullptr, Backend* backend = nullptr);
+  ~TraceWindow();
+  TraceWindow(const TraceWindow&) = delete;
+  TraceWindow& operator=(const TraceWindow&) = delete;
 
   bool active() const { return !path_.empty(); }
   // Collective on the window's first step (every rank calls it every step).
@@ -50,8 +58,10 @@ class TraceWindow {
   TraceSteps steps_;
   std::string label_;  // "zero2, fp32": goes into each rank's row name
   Backend* backend_;
+  trace::DeviceClock* clock_ = nullptr;
+  int clock_rank_ = -1;  // the rank clock_ is registered for while the window is open
   bool open_ = false, written_ = false;
-  double step_start_us_ = 0;
+  trace::Stamp step_start_, counter_at_;  // the current step's start (two stamps: one per event)
   CommStats step_start_stats_;  // the counters when the current step began
   CommStats window_stats_;      // comm counters summed over the traced steps
 };

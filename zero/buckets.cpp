@@ -9,7 +9,9 @@
 namespace rz {
 
 void check_bucket_mb(double bucket_mb) {
-  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0, "expected a bucket size in MiB > 0, found %g", bucket_mb);
+  // Past 1 TiB every model is one bucket; the bound keeps the element count in range.
+  RZ_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0.0 && bucket_mb <= 1048576.0,
+           "expected a bucket size in MiB > 0, found %g (at most 1048576: 1 TiB)", bucket_mb);
 }
 
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
@@ -21,6 +23,7 @@ BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t
   double cap_d = bucket_mb * 1024.0 * 1024.0 / static_cast<double>(elem_bytes);
   size_t cap = cap_d >= 1.0 ? static_cast<size_t>(cap_d) : 1;
   const size_t n = static_cast<size_t>(nranks);
+  const size_t align = kBucketAlignBytes / elem_bytes;  // in elements
 
   BucketPlan plan;
   plan.nranks = nranks;
@@ -30,8 +33,12 @@ BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t
     if (cur.num_tensors == 0) return;
     cur.padded = (cur.numel() + n - 1) / n * n;
     cur.shard = cur.padded / n;
-    cur.padded_offset = plan.padded_total;
-    plan.padded_total += cur.padded;
+    // Where the buffer starts a bucket changes nothing but its address: the shards (S) and
+    // so every reduction are the same with or without the gap.
+    cur.padded_offset = (plan.padded_total + align - 1) / align * align;
+    cur.owned_offset = plan.owned_total;
+    plan.padded_total = cur.padded_offset + cur.padded;
+    plan.owned_total += cur.shard;
     plan.max_padded = std::max(plan.max_padded, cur.padded);
     plan.buckets.push_back(cur);
     cur = Bucket{};
@@ -64,10 +71,6 @@ int BucketPlan::bucket_of(size_t offset) const {
 size_t BucketPlan::padded_index(size_t offset) const {
   const Bucket& b = buckets[bucket_of(offset)];
   return b.padded_offset + (offset - b.begin);
-}
-
-size_t BucketPlan::owned_offset(int b) const {
-  return buckets[b].padded_offset / static_cast<size_t>(nranks);
 }
 
 std::pair<size_t, size_t> BucketPlan::owned_layout_range(int b, int rank) const {

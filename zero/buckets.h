@@ -11,9 +11,14 @@
 //             rank's shard has the same size S = padded / N. The padding sits at the end
 //             of the bucket and its gradient is always zero.
 //   shard     rank r owns elements [r*S, (r+1)*S) of every bucket (in padded coordinates).
-//   padded buffer  all buckets back to back, each at its padded_offset; the full gradient
+//   padded buffer  all buckets in order, each at its padded_offset; the full gradient
 //             buffer of ddp / zero1 uses these coordinates, so a bucket is one contiguous
-//             range that a single collective can take.
+//             range that a single collective can take. Each padded_offset is a multiple of
+//             kBucketAlignBytes: a tensor's gradient then sits at the same alignment in this
+//             buffer as in a zero2 staging buffer (both 0 mod 16 bytes at the bucket's start),
+//             which is what lets cuBLASLt take the same algorithm, and give the same bits, for
+//             ddp, zero1 and zero2 (kernels/gemm_alignment.h). The few elements between one
+//             bucket's padding and the next bucket stay zero and belong to no shard.
 //
 // Every rank builds the same plan from the same layout: no communication is needed to
 // agree on it.
@@ -29,12 +34,16 @@
 
 namespace rz {
 
+// Every bucket starts at a multiple of this many bytes in the padded buffer.
+constexpr size_t kBucketAlignBytes = 16;
+
 struct Bucket {
   size_t begin = 0;          // first layout element
   size_t end = 0;            // one past the last layout element
   size_t padded = 0;         // (end - begin) rounded up to a multiple of N
-  size_t padded_offset = 0;  // start of the bucket in the padded buffer
+  size_t padded_offset = 0;  // start of the bucket in the padded buffer (kBucketAlignBytes-aligned)
   size_t shard = 0;          // S = padded / N: elements each rank owns
+  size_t owned_offset = 0;   // start of its shard in a rank's owned arrays (sum of earlier S)
   int first_tensor = 0;      // index into layout.tensors
   int num_tensors = 0;
   size_t numel() const { return end - begin; }
@@ -44,17 +53,18 @@ struct BucketPlan {
   int nranks = 1;
   std::vector<Bucket> buckets;  // in layout order
   size_t total = 0;             // layout elements
-  size_t padded_total = 0;      // elements of the padded buffer
+  size_t padded_total = 0;      // elements of the padded buffer (alignment gaps included)
+  size_t owned_total = 0;       // elements a rank owns: the sum of every bucket's S
   size_t max_padded = 0;        // largest bucket (the size of a zero2 staging buffer)
 
   // Index of the bucket holding layout element `offset` (offset < total).
   int bucket_of(size_t offset) const;
   // Position of layout element `offset` in the padded buffer.
   size_t padded_index(size_t offset) const;
-  // Elements a rank owns over all buckets: padded_total / N.
-  size_t owned_numel() const { return padded_total / static_cast<size_t>(nranks); }
+  // Elements a rank owns over all buckets.
+  size_t owned_numel() const { return owned_total; }
   // Offset of bucket b's shard inside a rank's concatenated owned shards (sum of earlier S).
-  size_t owned_offset(int b) const;
+  size_t owned_offset(int b) const { return buckets[b].owned_offset; }
   // The layout elements of bucket b that rank `rank` owns: [first, second), possibly empty
   // (a rank whose shard lies entirely in the padding).
   std::pair<size_t, size_t> owned_layout_range(int b, int rank) const;

@@ -40,11 +40,13 @@ StepStats DDPStrategy::step(float lr) {
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
   unsigned char* params = static_cast<unsigned char*>(model_.params());
-  for (const ParamTensor& t : layout_.tensors) {
-    float* master = master_.empty() ? nullptr : master_.data() + t.offset;
-    adamw(master, params + t.offset * grad_bytes_,
-          grads_.at(t.offset, t.numel), grad_dtype_,
-          m_.data() + t.offset, v_.data() + t.offset, t.numel, t.weight_decay, lr, scale);
+  // One update per bucket: its gradients are contiguous in the padded buffer, its params
+  // and optimizer state in layout order.
+  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+    const Bucket& bk = plan_.buckets[b];
+    float* master = master_.empty() ? nullptr : master_.data() + bk.begin;
+    adamw(b, bk.begin, bk.end, master, params + bk.begin * grad_bytes_, grads_.bucket(b), grad_dtype_,
+          m_.data() + bk.begin, v_.data() + bk.begin, lr, scale);
   }
   return finish_stats(norm);
 }

@@ -46,17 +46,12 @@ StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float 
   const unsigned char* grads = static_cast<const unsigned char*>(owned_grads);
   const size_t gsize = dtype_size(gdt);
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-    const Bucket& bk = plan_.buckets[b];
     auto [lo, hi] = plan_.owned_layout_range(b, rank_);
-    const size_t shard_begin = bk.begin + static_cast<size_t>(rank_) * bk.shard;
-    for (int i = bk.first_tensor; i < bk.first_tensor + bk.num_tensors && lo < hi; ++i) {
-      const ParamTensor& t = layout_.tensors[i];
-      size_t a = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
-      if (a >= e) continue;
-      size_t o = plan_.owned_offset(b) + (a - shard_begin);  // index in the owned arrays
-      adamw(master_.empty() ? nullptr : master_.data() + o, owned_param(b, a),
-            grads + o * gsize, gdt, m_.data() + o, v_.data() + o, e - a, t.weight_decay, lr, scale);
-    }
+    if (lo >= hi) continue;
+    // This rank's shard of bucket b starts at lo: owned index owned_offset(b).
+    const size_t o = plan_.owned_offset(b);
+    adamw(b, lo, hi, master_.empty() ? nullptr : master_.data() + o, owned_param(b, lo), grads + o * gsize, gdt,
+          m_.data() + o, v_.data() + o, lr, scale);
   }
 
   publish_params();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/check.h"
 #include "base/bf16.h"
@@ -109,17 +110,28 @@ StepStats StrategyCore::finish_stats(double grad_norm) {
   return s;
 }
 
-void StrategyCore::adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m,
-                         float* v, size_t n, bool decay, float lr, float grad_scale) const {
-  if (n == 0) return;
+void StrategyCore::adamw(int b, size_t lo, size_t hi, float* master, void* param, const void* grad,
+                         DType grad_dtype, float* m, float* v, float lr, float grad_scale) const {
+  if (hi <= lo) return;
+  const size_t n = hi - lo;
+  // The bucket's tensors clipped to [lo, hi), as spans of the call (kernels/cpu/adamw.h).
+  const Bucket& bk = plan_.buckets[b];
+  std::vector<AdamWSpan> spans;
+  for (int i = bk.first_tensor; i < bk.first_tensor + bk.num_tensors; ++i) {
+    const ParamTensor& t = layout_.tensors[i];
+    const size_t a = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
+    if (a < e) spans.push_back(AdamWSpan{e - lo, t.weight_decay});
+  }
   AdamWStep s;
   s.lr = lr;
   s.beta1 = opts_.adamw.beta1;
   s.beta2 = opts_.adamw.beta2;
   s.eps = opts_.adamw.eps;
-  s.weight_decay = decay ? opts_.adamw.weight_decay : 0.0f;
+  s.weight_decay = opts_.adamw.weight_decay;
   s.grad_scale = grad_scale;
   s.t = t_;
+  s.spans = spans.data();
+  s.num_spans = spans.size();
   if (precision_ == Precision::fp32) {
     // fp32 mode: the params are the master weights.
     RZ_CHECK(grad_dtype == DType::f32, "adamw: fp32 params with %s gradients", dtype_name(grad_dtype));

@@ -63,11 +63,12 @@ class StrategyCore : public Strategy, public GradSink {
   // Fills comm bytes/seconds/overlap for the window that ends now.
   StepStats finish_stats(double grad_norm);
 
-  // One AdamW update (t_ already incremented) of n consecutive parameters:
-  // master (n, fp32; null in fp32 mode, where param is the master), param (n, model
-  // precision), grad (n, grad_dtype), m, v (n, fp32).
-  void adamw(float* master, void* param, const void* grad, DType grad_dtype, float* m, float* v,
-             size_t n, bool decay, float lr, float grad_scale) const;
+  // One AdamW update (t_ already incremented) of layout elements [lo, hi) of bucket b, one
+  // backend call (one launch on a GPU) for all the tensors in it: master (n, fp32; null in
+  // fp32 mode, where param is the master), param (n, model precision), grad (n,
+  // grad_dtype), m, v (n, fp32), n = hi - lo. Weight decay follows each tensor's flag.
+  void adamw(int b, size_t lo, size_t hi, float* master, void* param, const void* grad, DType grad_dtype, float* m,
+             float* v, float lr, float grad_scale) const;
   // fn(array, ...) over n fp32 values in backend memory: the pointer itself on the host,
   // else copied to the host a chunk at a time through `scratch` (allocated on first use).
   void visit_stored_f32(StateArray array, const float* src, size_t n, const StateChunkFn& fn,

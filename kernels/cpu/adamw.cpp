@@ -118,16 +118,10 @@ void update_range(float* m, float* v, const G* grads, size_t begin, size_t end, 
   for (; i < end; ++i) write_w(i, step_lane(load(grads[i]), read_w(i), m[i], v[i], k));
 }
 
-}  // namespace
-
+// One contiguous range at one weight decay (s.spans ignored).
 template <typename P, typename G>
-void adamw_update(P* params, float* master, float* m, float* v, const G* grads, size_t n,
-                  const AdamWStep& s) {
-  if constexpr (!std::is_same_v<P, float>)
-    RZ_CHECK(master != nullptr, "adamw_update: bf16 parameters need fp32 master weights");
-  else
-    RZ_CHECK(master != nullptr || params != nullptr, "adamw_update: no weights to update");
-  RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
+void update_contiguous(P* params, float* master, float* m, float* v, const G* grads, size_t n,
+                       const AdamWStep& s) {
   const AdamWConsts k{s.grad_scale,
                       s.beta1,
                       1.0f - s.beta1,
@@ -185,6 +179,31 @@ void adamw_update(P* params, float* master, float* m, float* v, const G* grads, 
 #else
     run(from_master, write_both, master8, [](size_t, float) {});
 #endif
+  }
+}
+
+}  // namespace
+
+template <typename P, typename G>
+void adamw_update(P* params, float* master, float* m, float* v, const G* grads, size_t n,
+                  const AdamWStep& s) {
+  if constexpr (!std::is_same_v<P, float>)
+    RZ_CHECK(master != nullptr, "adamw_update: bf16 parameters need fp32 master weights");
+  else
+    RZ_CHECK(master != nullptr || params != nullptr, "adamw_update: no weights to update");
+  RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
+  check_adamw_spans(s, n);
+  if (s.num_spans == 0) return update_contiguous(params, master, m, v, grads, n, s);
+  // Element by element the same update as one call per span: the CPU gains nothing from
+  // fusing them, so it runs them one after another.
+  size_t begin = 0;
+  for (size_t k = 0; k < s.num_spans; ++k) {
+    AdamWStep one = s;
+    one.weight_decay = s.spans[k].decay ? s.weight_decay : 0.0f;
+    const size_t len = s.spans[k].end - begin;
+    update_contiguous(params ? params + begin : nullptr, master ? master + begin : nullptr, m + begin, v + begin,
+                      grads + begin, len, one);
+    begin = s.spans[k].end;
   }
 }
 

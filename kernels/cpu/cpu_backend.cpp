@@ -30,8 +30,8 @@ class CpuOps final : public Ops<E> {
   void encoder_forward(E* out, const int* inp, const E* wte, const E* wpe, int B, int T, int C) override {
     rz::encoder_forward(out, inp, wte, wpe, B, T, C);
   }
-  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) override {
-    rz::encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* host_inp, int B, int T, int C) override {
+    rz::encoder_backward(dwte, dwpe, dout, host_inp, B, T, C);
   }
   void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias,
                          int N, int C) override {

@@ -79,14 +79,15 @@ void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, in
     // Row-major scores (T, T) = scale * q (T, hs) @ k^T. Column-major: scores^T (T, T) =
     // k (T, hs) * q^T (hs, T): A = k seen as (hs, T) ld 3C, transposed; B = q seen as
     // (hs, T) ld 3C, as is; D (m=T, n=T) ld T. Batch: heads, stride hs (q, k), T*T (D).
-    gemm(lt, s, true, false, T, T, hs, k, C3, hs, q, C3, hs, data_type<E>(), scores, T, TT, CUDA_R_32F, NH, scale, 0.0f);
+    gemm(lt, s, "attention_forward (scores)", true, false, T, T, hs, k, C3, hs, q, C3, hs, data_type<E>(), scores, T,
+         TT, CUDA_R_32F, NH, scale, 0.0f);
     causal_softmax_kernel<E><<<dim3(unsigned(T), unsigned(NH)), kRowThreads, 0, s>>>(att_b, scores, T);
     CUDA_CHECK_LAUNCH("causal_softmax_kernel", s);
     // Row-major out (T, hs; row stride C) = att (T, T) @ v (T, hs). Column-major: out^T
     // (hs, T) = v^T (hs, T) * att^T (T, T): A = v seen as (hs, T) ld 3C, as is; B = att
     // seen as (T, T) ld T (that is att^T), as is; D (m=hs, n=T) ld C, head stride hs.
-    gemm(lt, s, false, false, hs, T, T, v, C3, hs, att_b, T, TT, data_type<E>(), out + size_t(b) * T * C, C, hs,
-         data_type<E>(), NH, 1.0f, 0.0f);
+    gemm(lt, s, "attention_forward (att @ v)", false, false, hs, T, T, v, C3, hs, att_b, T, TT, data_type<E>(),
+         out + size_t(b) * T * C, C, hs, data_type<E>(), NH, 1.0f, 0.0f);
   }
 }
 
@@ -109,25 +110,26 @@ void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, 
     // Row-major datt (T, T) = dout (T, hs) @ v^T. Column-major: datt^T = v (T, hs) *
     // dout^T (hs, T): A = v seen as (hs, T) ld 3C, transposed; B = dout seen as (hs, T)
     // ld C, as is; D (m=T, n=T) ld T, fp32.
-    gemm(lt, s, true, false, T, T, hs, v, C3, hs, g, C, hs, data_type<E>(), datt, T, TT, CUDA_R_32F, NH, 1.0f, 0.0f);
+    gemm(lt, s, "attention_backward (datt)", true, false, T, T, hs, v, C3, hs, g, C, hs, data_type<E>(), datt, T, TT,
+         CUDA_R_32F, NH, 1.0f, 0.0f);
     // Row-major dv (T, hs) += att^T (T, T) @ dout (T, hs). Column-major: dv^T (hs, T) +=
     // dout^T (hs, T) * att (T, T): A = dout seen as (hs, T) ld C, as is; B = att seen as
     // (T, T) ld T (att^T), transposed back to att; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, false, true, hs, T, T, g, C, hs, att_b, T, TT, data_type<E>(), dv, C3, hs, data_type<E>(), NH, 1.0f,
-         1.0f);
+    gemm(lt, s, "attention_backward (dv)", false, true, hs, T, T, g, C, hs, att_b, T, TT, data_type<E>(), dv, C3, hs,
+         data_type<E>(), NH, 1.0f, 1.0f);
     causal_softmax_backward_kernel<E><<<dim3(unsigned(T), unsigned(NH)), kRowThreads, 0, s>>>(dpre, att_b, datt, T,
                                                                                                scale);
     CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel", s);
     // Row-major dq (T, hs) += dpre (T, T) @ k (T, hs). Column-major: dq^T (hs, T) +=
     // k^T (hs, T) * dpre^T (T, T): A = k seen as (hs, T) ld 3C, as is; B = dpre seen as
     // (T, T) ld T (dpre^T), as is; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, false, false, hs, T, T, k, C3, hs, dpre, T, TT, data_type<E>(), dq, C3, hs, data_type<E>(), NH, 1.0f,
-         1.0f);
+    gemm(lt, s, "attention_backward (dq)", false, false, hs, T, T, k, C3, hs, dpre, T, TT, data_type<E>(), dq, C3, hs,
+         data_type<E>(), NH, 1.0f, 1.0f);
     // Row-major dk (T, hs) += dpre^T (T, T) @ q (T, hs). Column-major: dk^T (hs, T) +=
     // q^T (hs, T) * dpre (T, T): A = q seen as (hs, T) ld 3C, as is; B = dpre seen as
     // (T, T) ld T, transposed; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, false, true, hs, T, T, q, C3, hs, dpre, T, TT, data_type<E>(), dk, C3, hs, data_type<E>(), NH, 1.0f,
-         1.0f);
+    gemm(lt, s, "attention_backward (dk)", false, true, hs, T, T, q, C3, hs, dpre, T, TT, data_type<E>(), dk, C3, hs,
+         data_type<E>(), NH, 1.0f, 1.0f);
   }
 }
 

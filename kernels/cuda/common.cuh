@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/grid.h"
 
 namespace rz::cuda {
 
@@ -38,14 +39,6 @@ __device__ __forceinline__ float store<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16_t store<bf16_t>(float x) { return round_to_bf16(x); }
 
-// Grid for a grid-stride loop over n elements: enough blocks to fill any GPU, capped so
-// the block count is a function of n alone.
-constexpr int kThreads = 256;
-inline unsigned grid_for(size_t n, int threads = kThreads) {
-  size_t blocks = (n + threads - 1) / threads;
-  if (blocks == 0) blocks = 1;
-  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
-}
 
 #define RZ_GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)

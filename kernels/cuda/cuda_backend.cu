@@ -2,10 +2,10 @@
 // three layers: kernel -> launcher -> this). It owns what the launchers borrow: one
 // compute stream (every op is queued on it in call order), the cuBLASLt handle and its
 // workspace, grow-only device scratch for ops that need temporaries, and pinned host
-// staging for the few ops that talk to the host (encoder_backward's token buckets,
-// sum_squares' partials, copy_to_host). Device memory for Buffers comes from cudaMalloc
-// through the DeviceAllocator registered with base/memory, zero-filled like host Buffers;
-// never managed memory.
+// staging for the few ops that talk to the host (encoder_backward's token buckets, uploaded
+// without a stream wait; sum_squares' partials, which wait). Device memory for Buffers
+// comes from cudaMalloc through the DeviceAllocator registered with base/memory,
+// zero-filled like host Buffers; never managed memory.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -143,6 +143,7 @@ struct CudaContext {
   enum Slot { kScratchA, kScratchB, kScratchInts, kScratchSums, kNumSlots };
   DeviceScratch scratch[kNumSlots];
   HostStaging staging_ints, staging_sums;
+  cudaEvent_t ints_uploaded = nullptr;  // after encoder_backward's upload from staging_ints
 
   void bind() const { CUDA_CHECK(cudaSetDevice(index)); }
   float* floats(Slot s, size_t n) { return static_cast<float*>(scratch[s].get(n * sizeof(float))); }
@@ -161,38 +162,36 @@ class CudaOps final : public Ops<E> {
     cuda::encoder_forward(dev(out), inp, dev(wte), dev(wpe), B, T, C, ctx_->stream);
   }
 
-  // dwte without atomics: the token ids come to the host, positions are grouped by token
-  // (ascending position within a token, so fp32 sums follow the CPU's order), and one
-  // block column per distinct token adds its positions.
-  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) override {
+  // dwte without atomics: positions are grouped by token on the host from the host's ids
+  // (ascending position within a token, so fp32 sums follow the CPU's order), and one block
+  // column per distinct token adds its positions. No read-back and no stream wait: only the
+  // previous call's upload from the pinned staging must be done before it is rewritten.
+  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* host_inp, int B, int T, int C) override {
     ctx_->bind();
     const size_t BT = size_t(B) * T;
     cuda::encoder_backward_wpe(dev(dwpe), dev(dout), B, T, C, ctx_->stream);
     if (BT == 0) return;
-    // Wait for the stream first: the previous call's upload from the staging buffer must
-    // have finished before the buffer is reused (or replaced).
-    ctx_->sync();
+    if (ctx_->ints_uploaded == nullptr)
+      CUDA_CHECK(cudaEventCreateWithFlags(&ctx_->ints_uploaded, cudaEventDisableTiming));
+    else
+      CUDA_CHECK(cudaEventSynchronize(ctx_->ints_uploaded));  // a step ago: long finished
     int* host = static_cast<int*>(ctx_->staging_ints.get(sizeof(int) * (3 * BT + 1)));
-    int* tokens = host;              // (BT) the ids, then reused for bucket tokens
-    int* starts = host + BT;         // (nbuckets + 1)
-    int* positions = host + 2 * BT + 1;  // (BT)
-    CUDA_CHECK(cudaMemcpyAsync(tokens, inp, sizeof(int) * BT, cudaMemcpyDeviceToHost, ctx_->stream));
-    ctx_->sync();
+    int* tokens = host;                  // (nbuckets) the distinct tokens, ascending
+    int* starts = host + BT;             // (nbuckets + 1)
+    int* positions = host + 2 * BT + 1;  // (BT) grouped by token
     std::iota(positions, positions + BT, 0);
-    std::stable_sort(positions, positions + BT, [&](int a, int b) { return tokens[a] < tokens[b]; });
+    std::stable_sort(positions, positions + BT, [&](int a, int b) { return host_inp[a] < host_inp[b]; });
     int nbuckets = 0;
-    std::vector<int> bucket_tokens;
-    bucket_tokens.reserve(BT);
     for (size_t j = 0; j < BT; ++j) {
-      if (j == 0 || tokens[positions[j]] != tokens[positions[j - 1]]) {
+      if (j == 0 || host_inp[positions[j]] != host_inp[positions[j - 1]]) {
+        tokens[nbuckets] = host_inp[positions[j]];
         starts[nbuckets++] = int(j);
-        bucket_tokens.push_back(tokens[positions[j]]);
       }
     }
     starts[nbuckets] = int(BT);
-    std::copy(bucket_tokens.begin(), bucket_tokens.end(), tokens);
     int* d = static_cast<int*>(ctx_->scratch[CudaContext::kScratchInts].get(sizeof(int) * (3 * BT + 1)));
     CUDA_CHECK(cudaMemcpyAsync(d, host, sizeof(int) * (3 * BT + 1), cudaMemcpyHostToDevice, ctx_->stream));
+    CUDA_CHECK(cudaEventRecord(ctx_->ints_uploaded, ctx_->stream));
     cuda::encoder_backward_wte(dev(dwte), dev(dout), d, d + BT, d + 2 * BT + 1, nbuckets, C, ctx_->stream);
   }
 
@@ -285,6 +284,57 @@ class CudaOps final : public Ops<E> {
   CudaContext* ctx_;
 };
 
+// `--trace` on this GPU (base/trace.h): timing events on the compute stream. The origin is
+// an event recorded once the stream is idle and waited for, so "now" on the host is its
+// device time; a stamp's time is cudaEventElapsedTime from it (about 0.5 us resolution).
+// Events are created as stamps need them and reused after recycle().
+class CudaTraceClock final : public trace::DeviceClock {
+ public:
+  explicit CudaTraceClock(CudaContext* ctx) : ctx_(ctx) {}
+  ~CudaTraceClock() override {
+    trace::forget_device_clock(this);
+    if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
+    if (origin_) (void)cudaEventDestroy(origin_);
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  }
+  CudaTraceClock(const CudaTraceClock&) = delete;
+  CudaTraceClock& operator=(const CudaTraceClock&) = delete;
+
+  void set_origin() override {
+    ctx_->bind();
+    if (origin_ == nullptr) CUDA_CHECK(cudaEventCreate(&origin_));
+    ctx_->sync();
+    CUDA_CHECK(cudaEventRecord(origin_, ctx_->stream));
+    CUDA_CHECK(cudaEventSynchronize(origin_));
+  }
+  uint64_t stamp() override {
+    ctx_->bind();
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreate(&e));  // with timing (the default flags)
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[used_], ctx_->stream));
+    return used_++;
+  }
+  double since_origin_us(uint64_t ticket) override {
+    RZ_CHECK(origin_ != nullptr && ticket < used_, "trace: device stamp %llu was never taken (origin %s)",
+             (unsigned long long)ticket, origin_ ? "set" : "not set");
+    ctx_->bind();
+    CUDA_CHECK(cudaEventSynchronize(events_[ticket]));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, origin_, events_[ticket]));
+    return 1e3 * double(ms);
+  }
+  void recycle() override { used_ = 0; }
+
+ private:
+  CudaContext* ctx_;
+  cudaEvent_t origin_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;  // events_[0 .. used_) hold unread stamps
+};
+
 // The stream a StreamScope gave this thread (backend.h), and for which backend.
 thread_local const void* t_scope_owner = nullptr;
 thread_local cudaStream_t t_scope_stream = nullptr;
@@ -294,18 +344,22 @@ class CudaBackend final : public Backend {
   CudaBackend(std::unique_ptr<CudaContext> ctx, std::string device_name)
       : Backend(std::make_unique<CudaOps<float>>(ctx.get()), std::make_unique<CudaOps<bf16>>(ctx.get())),
         ctx_(std::move(ctx)),
-        device_name_(std::move(device_name)) {}
+        device_name_(std::move(device_name)),
+        clock_(std::make_unique<CudaTraceClock>(ctx_.get())) {}
 
   ~CudaBackend() override {
+    clock_.reset();  // its events before the context they were made in
     if (cudaSetDevice(ctx_->index) != cudaSuccess) return;
     (void)cudaStreamSynchronize(ctx_->stream);
+    if (ctx_->ints_uploaded) (void)cudaEventDestroy(ctx_->ints_uploaded);
     if (ctx_->lt.workspace) (void)cudaFree(ctx_->lt.workspace);
     if (ctx_->lt.handle) (void)cublasLtDestroy(ctx_->lt.handle);
-    cuda::delete_gemm_algo_cache(ctx_->lt.algos);
+    cuda::delete_gemm_plan_cache(ctx_->lt.plans);
     (void)cudaStreamDestroy(ctx_->stream);
   }
 
   Device device() const override { return Device{DeviceKind::cuda, ctx_->index}; }
+  trace::DeviceClock* trace_clock() override { return clock_.get(); }
   std::string name() const override { return strfmt("cuda:%d (%s)", ctx_->index, device_name_.c_str()); }
   bool driver_memory(size_t* used, size_t* total) override {
     ctx_->bind();
@@ -414,14 +468,40 @@ class CudaBackend final : public Backend {
     return t_scope_owner == this && t_scope_stream != nullptr ? t_scope_stream : ctx_->stream;
   }
 
+  // One launch per call without spans; with spans, neighbouring spans of one kind merge and
+  // each launch takes up to kAdamWMaxSpans of them (one launch per bucket in practice).
   template <typename P, typename G>
   void update(P* params, float* master, float* m, float* v, const G* grads, size_t n, const AdamWStep& s) {
     RZ_CHECK(s.t >= 1, "adamw_update: step t must be >= 1, found %llu", (unsigned long long)s.t);
+    check_adamw_spans(s, n);
     ctx_->bind();
     // The bias corrections exactly as the CPU computes them (fp32 pow on the host).
     cuda::AdamWArgs a{s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
                       1.0f - std::pow(s.beta1, float(s.t)), 1.0f - std::pow(s.beta2, float(s.t))};
-    cuda::adamw_update(params, master, m, v, grads, n, a, ctx_->stream);
+    if (s.num_spans == 0) {
+      cuda::adamw_update(params, master, m, v, grads, n, a, cuda::AdamWSpans{}, ctx_->stream);
+      return;
+    }
+    std::vector<AdamWSpan> merged;
+    for (size_t k = 0; k < s.num_spans; ++k) {
+      if (!merged.empty() && merged.back().decay == s.spans[k].decay)
+        merged.back().end = s.spans[k].end;
+      else
+        merged.push_back(s.spans[k]);
+    }
+    size_t k = 0, end = 0;
+    while (k < merged.size()) {
+      const size_t first = end;
+      cuda::AdamWSpans group;
+      for (; k < merged.size() && group.count < cuda::kAdamWMaxSpans; ++k) {
+        group.end[group.count] = merged[k].end - first;
+        if (merged[k].decay) group.decay_mask |= 1ull << group.count;
+        ++group.count;
+        end = merged[k].end;
+      }
+      cuda::adamw_update(params ? params + first : nullptr, master ? master + first : nullptr, m + first, v + first,
+                         grads + first, end - first, a, group, ctx_->stream);
+    }
   }
 
   template <typename S>
@@ -441,6 +521,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<CudaContext> ctx_;
   std::string device_name_;
+  std::unique_ptr<CudaTraceClock> clock_;
 };
 
 }  // namespace
@@ -471,7 +552,7 @@ std::unique_ptr<Backend> make_cuda_backend(int index) {
   CUBLAS_CHECK(cublasLtCreate(&ctx->lt.handle));
   CUDA_CHECK(cudaMalloc(&ctx->lt.workspace, kWorkspaceBytes));
   ctx->lt.workspace_bytes = kWorkspaceBytes;
-  ctx->lt.algos = cuda::new_gemm_algo_cache();
+  ctx->lt.plans = cuda::new_gemm_plan_cache();
   return std::make_unique<CudaBackend>(std::move(ctx), prop.name);
 }
 

@@ -17,20 +17,21 @@
 
 namespace rz::cuda {
 
-// The cuBLASLt algorithm chosen for each gemm configuration, asked of the heuristic once
-// (matmul.cu): saves its cost on every later call, and keeps the choice -- and so the
-// bits -- fixed for the life of the backend.
-struct GemmAlgoCache;
-GemmAlgoCache* new_gemm_algo_cache();
-void delete_gemm_algo_cache(GemmAlgoCache* cache);
+// One cuBLASLt plan per gemm configuration (descriptors, layouts, the alignments its
+// shape plans for and the algorithm chosen for them), built on first use (matmul.cu):
+// saves rebuilding them on every call, and keeps the choice -- and so the bits -- fixed by
+// the configuration, never by where the operands sit.
+struct GemmPlanCache;
+GemmPlanCache* new_gemm_plan_cache();
+void delete_gemm_plan_cache(GemmPlanCache* cache);
 
-// cuBLASLt handle, the workspace its kernels may use, the algorithm cache (owned by the
+// cuBLASLt handle, the workspace its kernels may use, the plan cache (owned by the
 // backend).
 struct BlasLt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  GemmAlgoCache* algos = nullptr;
+  GemmPlanCache* plans = nullptr;
 };
 
 // --- encoder.cu
@@ -76,7 +77,9 @@ void bias_backward(E* dbias, const E* dout, int N, int OC,
                    cudaStream_t s);
 // D = alpha op(A) op(B) + beta D, column-major (cuBLAS's convention), `batch` matrices
 // apart by the strides (in elements). A, B of type ab; D of type d (fp32 accumulate).
-void gemm(const BlasLt& lt, cudaStream_t s, bool transA, bool transB, int m, int n, int k,
+// Each operand must meet the alignment its leading dimension and stride plan for
+// (kernels/gemm_alignment.h); one that does not fails naming `what` and the operand.
+void gemm(const BlasLt& lt, cudaStream_t s, const char* what, bool transA, bool transB, int m, int n, int k,
           const void* A, long long lda, long long strideA, const void* B, long long ldb, long long strideB,
           cudaDataType_t ab, void* D, long long ldd, long long strideD, cudaDataType_t d, int batch,
           float alpha, float beta);
@@ -141,8 +144,18 @@ struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
   float bias1, bias2;  // 1 - beta^t, computed on the host as the CPU does
 };
+// Weight decay by span, for one launch over several tensors: element i (counted from the
+// launch's first) lies in the first span k with i < end[k] and decays when bit k of
+// decay_mask is set. count 0: weight_decay applies to every element. Passed by value as a
+// kernel parameter, so a launch needs no device table and no upload.
+constexpr int kAdamWMaxSpans = 64;
+struct AdamWSpans {
+  int count = 0;
+  unsigned long long decay_mask = 0;
+  size_t end[kAdamWMaxSpans];  // increasing; end[count - 1] = n
+};
 template <typename P, typename G>
 void adamw_update(P* params, float* master, float* m, float* v, const G* grads, size_t n,
-                  const AdamWArgs& a, cudaStream_t s);
+                  const AdamWArgs& a, const AdamWSpans& spans, cudaStream_t s);
 
 }  // namespace rz::cuda

@@ -35,9 +35,11 @@ class SimOps final : public Ops<E> {
     cpu().encoder_forward(DEV(out, size_t(B) * T * C), DEV(inp, size_t(B) * T), wte_view(wte, inp, B, T, C, __func__),
                           DEV(wpe, size_t(T) * C), B, T, C);
   }
-  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* inp, int B, int T, int C) override {
-    cpu().encoder_backward(wte_view(dwte, inp, B, T, C, __func__), DEV(dwpe, size_t(T) * C),
-                           DEV(dout, size_t(B) * T * C), DEV(inp, size_t(B) * T), B, T, C);
+  // The token ids are the host's copy here (backend.h).
+  void encoder_backward(E* dwte, E* dwpe, const E* dout, const int* host_inp, int B, int T, int C) override {
+    sim::check_host(host_inp, size_t(B) * T * sizeof(int), __func__, "host_inp");
+    cpu().encoder_backward(DEV(dwte, size_t(max_token(host_inp, B, T) + 1) * C), DEV(dwpe, size_t(T) * C),
+                           DEV(dout, size_t(B) * T * C), host_inp, B, T, C);
   }
   void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias, int N,
                          int C) override {
@@ -96,14 +98,16 @@ class SimOps final : public Ops<E> {
 
  private:
   static Ops<E>& cpu() { return cpu_backend().ops<E>(); }
-  // wte (Vp, C) is read at the rows the tokens name: its whole allocation holds at least
-  // (max token + 1) rows. The tokens are device memory too, so they are read through the view.
-  template <typename W>
-  static W* wte_view(W* wte, const int* inp, int B, int T, int C, const char* op) {
+  // wte (Vp, C) is read at the rows the tokens name: its allocation must hold at least
+  // (max token + 1) rows. tok: host memory (the forward's device ids through their view).
+  static int max_token(const int* tok, int B, int T) {
+    int m = 0;
+    for (size_t i = 0; i < size_t(B) * T; ++i) m = std::max(m, tok[i]);
+    return m;
+  }
+  static const E* wte_view(const E* wte, const int* inp, int B, int T, int C, const char* op) {
     const int* tok = view(inp, size_t(B) * T, op, "inp");
-    int rows = 0;
-    for (size_t i = 0; i < size_t(B) * T; ++i) rows = std::max(rows, tok[i] + 1);
-    return view(wte, size_t(rows) * C, op, std::is_const_v<W> ? "wte" : "dwte");
+    return view(wte, size_t(max_token(tok, B, T) + 1) * C, op, "wte");
   }
 };
 

@@ -1,0 +1,211 @@
+// No crash, no hang, nothing unbounded, nothing silently wrong (issue 26), each case a real
+// process: thread counts bounded; a FIFO or directory where a file is read refused before it
+// is opened; products of user numbers checked; an allocation that fails names what and how
+// much; options that would do nothing, non-finite numbers and out-of-range seeds refused; a
+// run that skips every step stops; a signal to one rank is reported as that rank's.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include "tests/hostile_util.h"
+
+namespace fs = std::filesystem;
+using namespace rz::test::hostile;
+using rz::test::quote;
+
+namespace {
+
+// One line, exit 1, no crash: what every bad input gets.
+void check_one_line_error(const Result& r, const std::string& want) {
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(last_line(r.output).find(want) != std::string::npos);
+  CHECK(r.output.find("Segmentation") == std::string::npos);
+  CHECK(r.output.find("std::bad_alloc") == std::string::npos);
+  CHECK(r.output.find("Run with --help") == std::string::npos);
+}
+
+fs::path fifo_at(const std::string& name) {
+  const fs::path p = work_dir() / name;
+  if (!fs::exists(p)) REQUIRE(mkfifo(p.c_str(), 0644) == 0);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("thread counts are bounded by the machine's cores with a clear error") {
+  for (const char* n : {"100000", "5000", "-1"})
+    check_one_line_error(run(tiny_args(std::string("--steps 1 --threads ") + n), 30), "--threads: expected 0");
+  check_one_line_error(run(tiny_args("--steps 1 --threads 0"), 30, "OMP_NUM_THREADS=100000"),
+                       "OMP_NUM_THREADS (or set --threads): 100000 threads");
+  check_one_line_error(run("bench-step --model tiny --threads 1,100000 --steps 1 --warmup 0", 30), "--threads: 100000 threads");
+}
+
+TEST_CASE("a FIFO or a directory where a file is read is refused before it is opened") {
+  const fs::path fifo = fifo_at("input.fifo");
+  const fs::path dir = work_dir() / "a_directory";
+  fs::create_directories(dir);
+  // Each would block forever on the FIFO (timeout: 124) or read the directory as empty.
+  for (const fs::path& p : {fifo, dir}) {
+    check_one_line_error(run("train " + quote(p.string()) + " --data x.bin", 20), "config file " + p.string() + ": is a");
+    check_one_line_error(run("bench-strategies --config " + quote(p.string()), 20), "config file " + p.string());
+    check_one_line_error(run("bench-step --config " + quote(p.string()), 20), "config file " + p.string());
+  }
+  check_one_line_error(run(tiny_args("--steps 1 --tokenizer " + quote(fifo.string())), 20), "is a FIFO");
+  check_one_line_error(run(tiny_args("--steps 1 --init " + quote(fifo.string())), 20), "is a FIFO");
+  check_one_line_error(run("train --model tiny --steps 1 --data " + quote(fifo.string()), 20), "token shard");
+  check_one_line_error(run("sample --model " + quote(fifo.string()), 20), "not a regular file");
+  check_one_line_error(run("plot loss --metrics " + quote(fifo.string()) + " --out x.png", 20), "plot input");
+  check_one_line_error(run("prepare --input " + quote(fifo.string()) + " --out " + quote((work_dir() / "p").string()), 20),
+                       "not a regular file");
+  // A FIFO planted as a prepared directory's meta.json.
+  const fs::path d = work_dir() / "fifo_meta";
+  fs::create_directories(d);
+  fs::copy_file(data_dir() / "train_000000.bin", d / "train_000000.bin", fs::copy_options::overwrite_existing);
+  if (!fs::exists(d / "meta.json")) REQUIRE(mkfifo((d / "meta.json").c_str(), 0644) == 0);
+  check_one_line_error(run("train --model tiny --steps 1 --threads 1 --data " + quote((d / "train_*.bin").string()), 20),
+                       "meta.json: is a FIFO");
+}
+
+TEST_CASE("products of user numbers are checked, not wrapped") {
+  // The issue's two (with B*T = 64 the second is 2^31 micro-steps, one past an int).
+  check_one_line_error(run(tiny_args("--steps 1 --batch 2 --total-batch-tokens 274877906944")),
+                       "total_batch_tokens: 274877906944 / (B*T*world = 64) = 4294967296 micro-steps per step");
+  check_one_line_error(run(tiny_args("--steps 1 --batch 2 --total-batch-tokens 137438953472")),
+                       "= 2147483648 micro-steps per step; at most 2147483647");
+  check_one_line_error(run(tiny_args("--steps 2147483647 --batch 2 --total-batch-tokens 68719476736")),
+                       "total_batch_tokens x steps (tokens seen by the run): 68719476736 x 2147483647 is out of range");
+  check_one_line_error(run(tiny_args("--steps 1 --bucket-mb 1e30")), "--bucket-mb: expected a bucket size in MiB > 0");
+  check_one_line_error(run("memory --model d12 --batch 2147483647"), "would pass 1e18 bytes");
+  check_one_line_error(run("memory --model d12 --budget 1e400GB"), "--budget: expected a size");
+}
+
+TEST_CASE("an allocation that fails names what it was for and how much") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("skipped: a sanitizer's shadow memory does not fit under ulimit -v");
+#else
+  // 2.27 GiB of activations under a 2.5 GB address-space limit (the libraries fit below it).
+  Result r = run(tiny_args("--steps 1 --layers 8 --channels 1024 --heads 8 --batch 64 --seq 64"), 60,
+                 "ulimit -v 2500000;");
+  check_one_line_error(r, "out of memory allocating");
+  CHECK(last_line(r.output).find("GiB for activations") != std::string::npos);
+#endif
+}
+
+TEST_CASE("options that would do nothing are refused with the reason") {
+  const struct {
+    std::string args, want;
+  } cases[] = {
+      {tiny_args("--steps 1 --eval-every 1"), "eval_every: does nothing without val_data"},
+      {tiny_args("--steps 1 --trace-steps 1:2"), "trace_steps: does nothing without trace"},
+      {tiny_args("--steps 1 --sample-top-k 5"), "sample_top_k: does nothing without sample_every"},
+      {tiny_args("--steps 1 --keep 2"), "keep: does nothing without save_dir"},
+      {tiny_args("--steps 1 --overwrite"), "overwrite: does nothing without save_dir"},
+      {tiny_args("--steps 1 --max-consecutive-skips 3"), "max_consecutive_skips: does nothing without skip_nonfinite"},
+      {tiny_args("--steps 1 --gpt2-dir x"), "gpt2_dir: does nothing without tokenizer = gpt2"},
+      {tiny_args("--steps 1 --buckets-in-flight 3"), "buckets_in_flight: does nothing"},
+      {tiny_args("--steps 1 --strategy zero2 --grad-shard-fp32"), "grad_shard_fp32: does nothing"},
+      {tiny_args("--steps 1 --comm mpi --transport tcp"), "transport: does nothing"},
+      {"comm-trace --example --op all_gather", "--example: cannot be combined with --op"},
+      {"comm-trace --example --nranks 4", "--example: cannot be combined with --nranks"},
+      {"comm-bench --comm mpi --nproc 2", "--nproc: does nothing with --comm mpi"},
+      {"sample --model x --temperature 0 --top-k 5", "--top-k: does nothing with --temperature 0"},
+      {"sample --model x --gpt2-dir g", "--gpt2-dir: does nothing without --tokenizer gpt2"},
+      {"prepare --input x --out y --seed 3", "--seed: does nothing with --val-fraction 0"},
+      {"memory --params 7e9 --batch 4", "--batch: does nothing with a bare --params count"},
+      {"bench-strategies --trace-steps 1:2", "--trace-steps: does nothing without --trace"},
+  };
+  for (const auto& c : cases) check_one_line_error(run(c.args, 30), c.want);
+  // Shards without a tokenizer.bin beside them: a sample could not be decoded.
+  const fs::path bare = work_dir() / "bare_shards";
+  fs::create_directories(bare);
+  fs::copy_file(data_dir() / "train_000000.bin", bare / "train_000000.bin", fs::copy_options::overwrite_existing);
+  check_one_line_error(run("train --model tiny --steps 1 --threads 1 --sample-every 1 --data " +
+                           quote((bare / "train_*.bin").string())),
+                       "sample_every: does nothing without a tokenizer");
+}
+
+TEST_CASE("non-finite numbers and out-of-range seeds are refused wherever a number is read") {
+  const struct {
+    std::string args, want;
+  } cases[] = {
+      {tiny_args("--steps 1 --lr nan"), "--lr: expected a finite number, found 'nan'"},
+      {tiny_args("--steps 1 --grad-clip inf"), "--grad-clip: expected a finite number"},
+      {tiny_args("--steps 1 --comm-timeout 1e999"), "--comm-timeout: expected a finite number"},
+      {tiny_args("--steps 1 --seed -1"), "--seed: expected an integer in [0, 18446744073709551615], found '-1'"},
+      {tiny_args("--steps 1 --seed 18446744073709551616"), "--seed: expected an integer in [0, "},
+      {"prepare --input x --out y --val-fraction 0.5 --seed -1", "--seed: expected an integer in [0, "},
+      {"prepare --input x --out y --val-fraction nan", "--val-fraction: expected a finite number"},
+      {"sample --model x --seed -1", "--seed: expected an integer in [0, "},
+      {"sample --model x --temperature nan", "--temperature: expected a finite number"},
+      {"verify --model x --state y --rtol nan", "--rtol: expected a finite number"},
+      {"verify --model x --state y --loss-atol inf", "--loss-atol: expected a finite number"},
+      {"comm-bench --comm-timeout nan", "--comm-timeout: expected a finite number"},
+      {"memory --params nan", "--params: expected a finite number, found 'nan'"},
+      {"memory --params inf", "--params: expected a finite number, found 'inf'"},
+      {"memory --params -1", "--params: expected a parameter count in [1, 1e15] (such as 7e9), found -1"},
+      {"memory --params 0", "--params: expected a parameter count in [1, 1e15] (such as 7e9), found 0"},
+      {"memory --model d12 --bucket-mb nan", "--bucket-mb: expected a finite number"},
+      {"memory --model d12 --nranks 3e9", "--nranks: expected an integer"},
+  };
+  for (const auto& c : cases) check_one_line_error(run(c.args, 30), c.want);
+  const fs::path toml = work_dir() / "nan.toml";
+  std::ofstream(toml) << "lr = nan\nseed = 1\n";
+  check_one_line_error(run("train " + quote(toml.string()) + " --data x.bin"), ":1: lr: expected a finite number");
+}
+
+TEST_CASE("--skip-nonfinite stops after a bounded number of steps skipped in a row") {
+  // lr 1e30 blows the parameters up in one step: every later loss is NaN.
+  const fs::path m = work_dir() / "skips.jsonl";
+  Result r = run(tiny_args("--steps 50 --lr 1e30 --warmup 0 --skip-nonfinite --max-consecutive-skips 3 --metrics " +
+                           quote(m.string())));
+  check_one_line_error(r, "3 steps in a row were skipped (max_consecutive_skips)");
+  CHECK(metric_steps(m) == std::vector<int>{1, 2, 3});  // step 4's third skip ends the run
+  Result d = run(tiny_args("--steps 50 --lr 1e30 --warmup 0 --skip-nonfinite"));
+  check_one_line_error(d, "10 steps in a row were skipped");  // the default bound
+}
+
+TEST_CASE("SIGINT to one rank is reported as that rank's, and every rank saves and stops") {
+  const fs::path d = work_dir() / "sigint_rank";
+  fs::create_directories(d);
+  const fs::path log = d / "log.txt", metrics = d / "m.jsonl";
+  pid_t sh = spawn(tiny_args("--nproc-per-node 2 --steps 100000 --save-every 100000 --save-dir " +
+                             quote((d / "ck").string()) + " --metrics " + quote(metrics.string())),
+                   log);
+  REQUIRE(wait_for([&] { return metric_steps(metrics).size() >= 3; }, 90));
+  std::vector<pid_t> launcher = children_of(sh);
+  REQUIRE(launcher.size() == 1);
+  pid_t rank0 = -1;
+  for (pid_t p : children_of(launcher[0])) {
+    std::ifstream env("/proc/" + std::to_string(p) + "/environ");
+    std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    if (all.find(std::string("RANK=0\0", 7)) == 0 || all.find(std::string("\0RANK=0\0", 8)) != std::string::npos)
+      rank0 = p;
+  }
+  REQUIRE(rank0 > 0);
+  REQUIRE(kill(rank0, SIGINT) == 0);
+  int st = 0;
+  REQUIRE(waitpid(sh, &st, 0) == sh);
+  const std::string out = slurp(log);
+  INFO(out);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 128 + SIGINT);
+  CHECK(out.find("ringzero: rank 0 received SIGINT; every rank finished its step and stopped") != std::string::npos);
+  CHECK(out.find("killed by") == std::string::npos);
+  CHECK(out.find("signal 15") == std::string::npos);
+  CHECK(complete_steps(d / "ck").size() == 1);
+}
+
+TEST_CASE("an input file's bad field is named with the file") {
+  const fs::path d = work_dir() / "bad_meta";
+  fs::create_directories(d);
+  fs::copy_file(data_dir() / "train_000000.bin", d / "train_000000.bin", fs::copy_options::overwrite_existing);
+  const std::string train = "train --model tiny --steps 1 --threads 1 --data " + quote((d / "train_*.bin").string());
+  const std::string meta = (d / "meta.json").string();
+  std::ofstream(meta) << "{\"train_shards\": 5, \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_shards' is not a list of shard file names");
+  std::ofstream(meta) << "{\"train_shards\": [7], \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_shards' holds 7, not a shard file name");
+  std::ofstream(meta) << "{\"train_shards\": [\"train_000000.bin\"], \"train_tokens\": \"many\", \"val_shards\": []}";
+  check_one_line_error(run(train), meta + ": 'train_tokens' is \"many\", not a token count");
+}

@@ -1,0 +1,74 @@
+// train/cli_number.h: the subcommands' numeric flags, read strictly.
+//
+// CLI11 2.1 reads "nan" and "inf" into a floating-point option (and CLI::Range lets NaN
+// through, since every comparison with it is false) and wraps "-1" into an unsigned one: a
+// --seed of -1 became 18446744073709551615. Every numeric flag of a subcommand is added with
+// add_number, whose validator runs on the text before CLI11 converts it: an integer of the
+// option's type and in its range (no sign for an unsigned one), or a finite number.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "base/check.h"
+
+namespace rz {
+
+template <typename T>
+CLI::Validator strict_number() {
+  using E = std::remove_cv_t<T>;
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if constexpr (std::is_floating_point_v<E>) {
+          char* end = nullptr;
+          const double d = std::strtod(text.c_str(), &end);
+          if (text.empty() || *end != '\0' || !std::isfinite(d) ||
+              std::abs(d) > static_cast<double>(std::numeric_limits<E>::max()))
+            return "expected a finite number, found '" + text + "'";
+        } else {
+          E v{};
+          const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          if (text.empty() || ec != std::errc() || p != text.data() + text.size())
+            return "expected an integer in [" + std::to_string(std::numeric_limits<E>::min()) + ", " +
+                   std::to_string(std::numeric_limits<E>::max()) + "], found '" + text + "'";
+        }
+        return "";
+      },
+      std::is_floating_point_v<E> ? "NUMBER" : "INT");
+}
+
+// app.add_option(name, var, help) with strict_number() on each value (a vector: each element).
+template <typename T>
+CLI::Option* add_number(CLI::App& app, const std::string& name, T& var, const std::string& help) {
+  if constexpr (requires { typename T::value_type; })
+    return app.add_option(name, var, help)->check(strict_number<typename T::value_type>());
+  else
+    return app.add_option(name, var, help)->check(strict_number<T>());
+}
+
+// app.parse with one error line: false when --help was printed (the command returns 0); a
+// bad flag throws rz::Error naming it (CLI11's own text adds a "Run with --help" line and
+// exit code 105, and for a range check prints DBL_MAX in full).
+inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      app.exit(e);  // --help
+      return false;
+    }
+    std::string what = e.what();
+    if (const size_t cut = what.find(" not in range"); cut != std::string::npos)
+      what = what.substr(0, cut) + " is out of range";
+    fail(what);
+  }
+  return true;
+}
+
+}  // namespace rz
