@@ -161,7 +161,9 @@ class Arena {
     inode_ = static_cast<uint64_t>(st.st_ino);
     void* d = mmap(nullptr, size_, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
     void* h = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd_, 0);
-    RZ_CHECK(d != MAP_FAILED && h != MAP_FAILED, "simulated device: cannot map a %s arena: %s",
+    RZ_CHECK(d != MAP_FAILED && h != MAP_FAILED,
+             "simulated device: cannot map a %s arena twice: %s (address space limited? RINGZERO_SIM_MEMORY sets "
+             "the arena's size, e.g. 4G)",
              format_bytes(double(size_)).c_str(), errno_string().c_str());
     dev_ = static_cast<char*>(d);
     host_ = static_cast<char*>(h);
