@@ -104,8 +104,10 @@ mount_in_root() {  # mount_in_root TARGET MOUNT-ARGS...
 stage() {
   local name=$1
   shift
-  local log=$LOGS/${name//[^A-Za-z0-9.-]/_}.log t0 rc
+  local log=$LOGS/${name//[^A-Za-z0-9.-]/_}.log t0 rc c0
   t0=$(date +%s.%N)
+  children_cpu
+  c0=$CPU_NOW
   if declare -F "$1" >/dev/null; then
     "$@" >"$log" 2>&1 </dev/null
     rc=$?
@@ -116,15 +118,25 @@ stage() {
     rc=$?
     STAGE_PID=""
   fi
-  local secs
+  local secs cpu
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
+  children_cpu
+  cpu=$(awk -v a="$c0" -v b="$CPU_NOW" 'BEGIN { printf "%.0f", b - a }')
   if [ $rc -ne 0 ]; then
-    printf '%-52s FAILED (rc %d) after %ss\n' "$NAME: $name" "$rc" "$secs"
+    printf '%-52s FAILED (rc %d) after %ss (cpu %ss)\n' "$NAME: $name" "$rc" "$secs" "$cpu"
     tail -n 30 "$log" | sed 's/^/    /'
     echo "$NAME: stage '$name' failed (log: $log$([ "$KEEP" = 1 ] || echo ', removed on exit; --keep keeps it'))" >&2
     exit 1
   fi
-  printf '%-52s ok %5ss\n' "$NAME: $name" "$secs"
+  printf '%-52s ok %5ss  (cpu %ss)\n' "$NAME: $name" "$secs" "$cpu"
+}
+# CPU_NOW: CPU seconds (user + system) of every child process waited for so far. With the
+# wall time it tells a slow stage on a busy machine from a slow stage. `times` must run in
+# this shell (a subshell has children of its own), so it goes through a file.
+children_cpu() {
+  times >"$WORK/times.txt"
+  CPU_NOW=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); n += t[1] * 60 + t[2] } print n }' \
+    "$WORK/times.txt")
 }
 
 # IN_ROOT... "CMD": bash -c CMD as root in the fresh root, in the copy of the repository,
