@@ -172,8 +172,9 @@ check_losses() {
   fi
 }
 
-# compute-sanitizer memcheck over the op test's fp32 cases (Catch2 names them "... - float"). "not exercised" when the tool
-# is missing or refuses this GPU/driver (its own error, not an error in ringzero).
+# compute-sanitizer memcheck over the op test's fp32 cases (Catch2 names them "... - float").
+# "not exercised" when the tool is missing or refuses this GPU/driver (its own error, not
+# an error in ringzero).
 memcheck() {
   local cs
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -123,12 +123,12 @@ stage() {
   children_cpu
   cpu=$(awk -v a="$c0" -v b="$CPU_NOW" 'BEGIN { printf "%.0f", b - a }')
   if [ $rc -ne 0 ]; then
-    printf '%-52s FAILED (rc %d) after %ss (cpu %ss)\n' "$NAME: $name" "$rc" "$secs" "$cpu"
+    printf '%-62s FAILED (rc %d) after %ss (cpu %ss)\n' "$NAME: $name" "$rc" "$secs" "$cpu"
     tail -n 30 "$log" | sed 's/^/    /'
     echo "$NAME: stage '$name' failed (log: $log$([ "$KEEP" = 1 ] || echo ', removed on exit; --keep keeps it'))" >&2
     exit 1
   fi
-  printf '%-52s ok %5ss  (cpu %ss)\n' "$NAME: $name" "$secs" "$cpu"
+  printf '%-62s ok %5ss  (cpu %ss)\n' "$NAME: $name" "$secs" "$cpu"
 }
 # CPU_NOW: CPU seconds (user + system) of every child process waited for so far. With the
 # wall time it tells a slow stage on a busy machine from a slow stage. `times` must run in
@@ -206,4 +206,6 @@ else
       \"\$t\" >/dev/null 2>&1; rc=\$?; [ \$rc = 77 ] || { echo \"\$t exited \$rc, not 77 (skip)\"; exit 1; }
       echo \"\$t: skipped (77)\"; done"
 fi
-printf '%-52s ok %5ss\n' "$NAME: all stages" "$(awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')"
+children_cpu
+printf '%-62s ok %5ss  (cpu %ss)\n' "$NAME: all stages" \
+  "$(awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')" "${CPU_NOW%.*}"
