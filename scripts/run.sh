@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The README's main job: installs what is missing, builds Release, prepares the fortunes
+# The README's main job: installs what is missing, builds build/ringzero (Release), prepares the fortunes
 # corpus (once), then trains configs/tiny.toml on 2 CPU processes with ZeRO-2: the loss
 # going down, a memory table comparing what each rank holds, and generated text at the end;
 # then draws the loss curve and the memory picture (gnuplot) and prints their paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh
+bash scripts/build.sh --target ringzero  # the main job needs the binary only, not the tests
 
 data=build/data/fortunes
 if [ ! -f "$data/train_000000.bin" ] || [ ! -f "$data/tokenizer.bin" ]; then

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing, builds, and runs every test.
+# The README's test command: installs what is missing, builds, and runs every test; then
+# one line saying which CPU matmul paths the run exercised (tests/test_cpu_paths.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
-ctest --test-dir build --output-on-failure --timeout 900
+rc=0
+ctest --test-dir build --output-on-failure --timeout 900 || rc=$?
+paths=$(sed -n 's/^cpu matmul path //p' build/Testing/Temporary/LastTest.log 2>/dev/null | paste -sd ';' | sed 's/;/; /g')
+echo "ringzero: CPU matmul paths: ${paths:-none reported (test_cpu_path_* did not run)}"
+[ "$rc" = 0 ] || exit "$rc"
 # Sanitizers and fuzzing (issue 11): ASan+UBSan over the suite, TSan over the comm tests,
 # then every fuzz target over its corpus and 10 s of fuzzing. RINGZERO_QUICK_TEST=1 skips them.
 if [ "${RINGZERO_QUICK_TEST:-0}" != 1 ]; then

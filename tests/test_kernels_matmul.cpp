@@ -3,7 +3,11 @@
 // so the layouts are tested on any CPU that oneDNN runs on.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
+#include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "base/bf16.h"
@@ -95,4 +99,68 @@ TEST_CASE("oneDNN strided matmul: plain, transposed, bias and accumulate (fp32)"
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       REQUIRE(acc[size_t(i) * N + j] == Approx(ref(i, j) + c0[size_t(i) * N + j]).margin(1e-4));
+}
+
+// Thread ranks in one process call oneDNN at the same time (tests/zero_harness.h): every
+// thread must get, bitwise, what the same products give when run alone. Each thread runs
+// a linear layer's three products (the dweight one contracts over the long N*T side,
+// where oneDNN packs operands into its scratchpad) on its own outputs, many times over.
+TEMPLATE_TEST_CASE("oneDNN matmul from concurrent threads gives the serial result bitwise", "[kernels]", float,
+                   bf16) {
+  using E = TestType;
+  constexpr bool is_bf16 = std::is_same_v<E, bf16>;
+  if (is_bf16 && !onednn_bf16_matmul_available()) {
+    WARN("bf16 matmuls do not run on oneDNN here (" << onednn_bf16_matmul_status() << "): not exercised");
+    return;
+  }
+  const int64_t NT = 1024, C = 96, OC = 288;  // (B*T, C) activations, (OC, C) weight
+  const auto inp = cast<E>(randn(size_t(NT * C), 11)), w = cast<E>(randn(size_t(OC * C), 12)),
+             dout = cast<E>(randn(size_t(NT * OC), 13)), bias = cast<E>(randn(size_t(OC), 14));
+  struct Out {
+    std::vector<E> out, dinp, dw;
+  };
+  // fwd: out (NT,OC) = inp * w^T + bias; dinp (NT,C) += dout * w; dw (OC,C) += dout^T * inp.
+  auto run = [&](Out& o) {
+    o.out.assign(size_t(NT * OC), E{});
+    o.dinp.assign(size_t(NT * C), E{});
+    o.dw.assign(size_t(OC * C), E{});
+    bool ok = onednn_matmul(o.out.data(), OC, {inp.data(), C, 1}, {w.data(), 1, C}, bias.data(), NT, C, OC, false,
+                            is_bf16);
+    ok = ok && onednn_matmul(o.dinp.data(), C, {dout.data(), OC, 1}, {w.data(), C, 1}, nullptr, NT, OC, C, true,
+                             is_bf16);
+    ok = ok && onednn_matmul(o.dw.data(), C, {dout.data(), 1, OC}, {inp.data(), C, 1}, nullptr, OC, NT, C, true,
+                             is_bf16);
+    return ok;
+  };
+  auto same = [](const std::vector<E>& x, const std::vector<E>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(E)) == 0;
+  };
+  Out serial;
+  bool have = false;
+  std::thread([&] {
+    omp_set_num_threads(1);  // as a thread rank does
+    have = run(serial);
+  }).join();
+  if (!have) {
+    WARN("built without oneDNN (or it cannot run these products here): not exercised");
+    return;
+  }
+  const int threads = 4, repeats = 8;
+  std::vector<int> mismatches(threads, 0), failures(threads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      omp_set_num_threads(1);
+      Out o;
+      for (int r = 0; r < repeats; ++r) {
+        if (!run(o)) ++failures[t];
+        if (!same(o.out, serial.out) || !same(o.dinp, serial.dinp) || !same(o.dw, serial.dw)) ++mismatches[t];
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < threads; ++t) {
+    INFO("thread " << t << " of " << threads << ", " << repeats << " repeats");
+    REQUIRE(failures[t] == 0);
+    REQUIRE(mismatches[t] == 0);
+  }
 }

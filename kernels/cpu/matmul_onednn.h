@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace rz {
 
@@ -16,6 +17,10 @@ namespace rz {
 // AVX512_BF16 or AMX-BF16, and RINGZERO_BF16_MATMUL is not "fp32". The first call on a
 // CPU without them prints one notice that bf16 matmuls fall back to fp32 (Eigen).
 bool onednn_bf16_matmul_available();
+
+// One phrase for reports and tests: "on: oneDNN 3.2.0", or "off: " and why (no oneDNN in
+// the build, no bf16 units, RINGZERO_BF16_MATMUL=fp32). Prints nothing.
+std::string onednn_bf16_matmul_status();
 
 // One strided operand: element (i, j) at data[i * row_stride + j * col_stride].
 struct StridedOperand {
@@ -26,7 +31,8 @@ struct StridedOperand {
 // dst (M, N) row-major with leading dimension ldd; bias (N) or null, added once.
 // elem_bf16: operands and dst are bf16 (base/bf16.h); false: fp32, which the tests use to
 // check the strides and accumulation on any CPU. Returns false (and computes nothing)
-// when oneDNN cannot run this product here.
+// when oneDNN cannot run this product here. Safe to call from many threads at once: each
+// calling thread has its own primitives, stream and scratchpad (matmul_onednn.cpp).
 bool onednn_matmul(void* dst, int64_t ldd, StridedOperand a, StridedOperand b, const void* bias, int64_t M,
                    int64_t K, int64_t N, bool accumulate, bool elem_bf16);
 
