@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/sim_device.h"
 
 namespace rz {
 
@@ -49,19 +50,28 @@ void MemoryTracker::reset_peaks() {
 }
 
 std::string device_name(Device d) {
-  return d.is_cpu() ? std::string("cpu") : strfmt("cuda:%d", d.index);
+  if (d.is_cpu()) return "cpu";
+  return strfmt("%s:%d", d.kind == DeviceKind::sim ? "sim" : "cuda", d.index);
 }
 
 Device parse_device(const std::string& s) {
   if (s == "cpu") return Device{};
-  if (s == "cuda") return Device{DeviceKind::cuda, 0};
-  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() <= 9) {
-    const std::string k = s.substr(5);
+  for (auto [name, kind] : {std::pair{"cuda", DeviceKind::cuda}, std::pair{"sim", DeviceKind::sim}}) {
+    const size_t len = std::strlen(name);
+    if (s == name) return Device{kind, 0};
+    if (s.compare(0, len, name) != 0 || s.size() <= len + 1 || s.size() > len + 5 || s[len] != ':') continue;
+    const std::string k = s.substr(len + 1);
     bool digits = true;
     for (char c : k) digits = digits && c >= '0' && c <= '9';
-    if (digits) return Device{DeviceKind::cuda, std::atoi(k.c_str())};
+    if (!digits) continue;
+    const int index = std::atoi(k.c_str());
+    RZ_CHECK(kind != DeviceKind::sim || index < sim::kDeviceCount,
+             "device: the simulated device has ordinals sim:0 .. sim:%d, found '%s'", sim::kDeviceCount - 1, s.c_str());
+    return Device{kind, index};
   }
-  fail(strfmt("device: expected cpu, cuda or cuda:K (K a GPU index), found '%s'", s.c_str()));
+  fail(strfmt("device: expected cpu, cuda or cuda:K (K a GPU index; sim or sim:K: the simulated device, for "
+              "tests), found '%s'",
+              s.c_str()));
 }
 
 // One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
@@ -92,6 +102,8 @@ void* tracked_alloc(MemTag tag, size_t bytes, Device dev) {
     RZ_CHECK(p != nullptr, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),
              mem_tag_name(tag));
     std::memset(p, 0, rounded);
+  } else if (dev.kind == DeviceKind::sim) {
+    p = sim::device_alloc(bytes);
   } else {
     const DeviceAllocator& a = g_allocators[static_cast<int>(dev.kind)];
     RZ_CHECK(a.alloc != nullptr, "cannot allocate %s for %s on %s: no backend for that device is active",
@@ -106,6 +118,8 @@ void tracked_free(MemTag tag, void* p, size_t bytes, Device dev) {
   if (p == nullptr) return;
   if (dev.is_cpu())
     std::free(p);
+  else if (dev.kind == DeviceKind::sim)
+    sim::device_free(p);
   else
     g_allocators[static_cast<int>(dev.kind)].free(dev.index, p);
   MemoryTracker::global().on_free(dev.kind, tag, bytes);

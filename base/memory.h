@@ -9,7 +9,8 @@
 //
 // base/ knows no GPU API. Device memory comes from the DeviceAllocator that a backend
 // registers (kernels/cuda does, when a CUDA backend is created); allocating on a device
-// with none registered is an error, not a crash.
+// with none registered is an error, not a crash. The simulated device's arena is base's
+// own (base/sim_device.h), so sim memory needs no registration.
 #pragma once
 
 #include <array>
@@ -27,17 +28,19 @@ enum class MemTag : int { params, grads, master, adam_m, adam_v, activations, co
 constexpr int kNumMemTags = 8;
 const char* mem_tag_name(MemTag tag);
 
-// Where memory lives: the host (DeviceKind::cpu) or GPU `index` (DeviceKind::cuda).
-enum class DeviceKind : int { cpu, cuda };
-constexpr int kNumDeviceKinds = 2;
+// Where memory lives: the host (DeviceKind::cpu), GPU `index` (DeviceKind::cuda), or the
+// simulated device (DeviceKind::sim, base/sim_device.h: a test-facing GPU stand-in whose
+// memory host code cannot touch).
+enum class DeviceKind : int { cpu, cuda, sim };
+constexpr int kNumDeviceKinds = 3;
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
   int index = 0;  // GPU ordinal; 0 for the host
   bool is_cpu() const { return kind == DeviceKind::cpu; }
   bool operator==(const Device&) const = default;
 };
-std::string device_name(Device d);  // "cpu", "cuda:0"
-// "cpu", "cuda" (= cuda:0) or "cuda:K". Throws rz::Error naming the value.
+std::string device_name(Device d);  // "cpu", "cuda:0", "sim:0"
+// "cpu", "cuda" (= cuda:0), "cuda:K", "sim" (= sim:0) or "sim:K". Throws rz::Error naming the value.
 Device parse_device(const std::string& s);
 
 // How device memory is obtained. alloc returns zero-filled memory or throws rz::Error.

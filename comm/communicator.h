@@ -139,6 +139,9 @@ class Communicator {
   // per hop at memory speed (the shm transport with direct reads, docs/comm.md). Callers
   // that gather into a long-lived host buffer allocate it that way when this is true.
   virtual bool reads_shared_memory() const { return false; }
+  // False when every buffer must be device memory (nccl, as NCCL wants): host values (the
+  // trainer's scalars) then go through a device buffer (zero/host_collectives.h).
+  virtual bool takes_host_buffers() const { return true; }
 
   // In place: buf holds count elements on entry and the reduction on exit.
   virtual void all_reduce(void* buf, size_t count, DType dtype, ReduceOp op) = 0;

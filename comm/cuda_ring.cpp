@@ -25,6 +25,7 @@ std::string cuda_ring_unavailable() {
 }
 
 int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
+  if (opts.sim_device) return sim_ring_device_for(env, opts);
   const std::string why = cuda_ring_unavailable();
   RZ_CHECK(why.empty(), "comm ring, cuda transport: rank %d: %s", env.rank, why.c_str());
   int n = 0;

@@ -12,6 +12,7 @@
 
 #include "comm/device_ring.h"
 #include "comm/mpi_communicator.h"
+#include "comm/nccl_calls.h"
 #include "comm/nccl_communicator.h"
 #include "comm/ring_communicator.h"
 #include "comm/transports.h"
@@ -70,18 +71,16 @@ std::string nccl_unavailable() {
   return "this ringzero was built without NCCL (it needs the CUDA toolkit with nccl.h and libnccl; CMake option "
          "RINGZERO_NCCL)";
 }
-int nccl_device_for(const RankEnv&, const CommOptions&) { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
-std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv&, const CommOptions&, StoreClient*,
-                                                     std::shared_ptr<void>) {
-  RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str());
-}
+int nccl_cuda_device_count(int) { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
+std::unique_ptr<NcclCalls> make_cuda_nccl_calls() { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
 #endif
 
 #ifndef RINGZERO_HAVE_CUDA_RING
 std::string cuda_ring_unavailable() {
   return "this ringzero was built without CUDA (the ring's cuda transport needs nvcc; CMake option RINGZERO_CUDA)";
 }
-int cuda_ring_device_for(const RankEnv&, const CommOptions&) {
+int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
+  if (opts.sim_device) return sim_ring_device_for(env, opts);
   RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
 }
 std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, size_t) {
@@ -118,17 +117,35 @@ RankEnv rank_env_from_environment() {
   return e;
 }
 
+// The host ring between processes (shm on one host, else tcp) over the claimed store.
+static std::unique_ptr<RingCommunicator> connect_host_ring(const RankEnv& env, const CommOptions& opts,
+                                                           StoreClient& store) {
+  std::string transport = opts.transport;
+  if (transport == "auto") {
+    transport = "shm";
+    std::string mine = host_identity();
+    for (int r = 0; r < env.world_size; ++r)
+      if (store.get(strfmt("host/%d", r)) != mine) transport = "tcp";
+  }
+  std::unique_ptr<RingChannel> ch = transport == "shm" ? connect_shm_channel(env, opts, store)
+                                                       : connect_tcp_channel(env, opts, store);
+  return std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
+}
+
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
   RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
            "comm: expected ring, mpi or nccl, found '%s'", opts.backend.c_str());
   if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
   const bool nccl = opts.backend == "nccl";
-  if (nccl) {
+  // The simulated device (--device sim) stands in for the GPU: nccl then runs its own
+  // logic over the simulated calls on a host ring, the cuda transport over a simulated link.
+  const bool sim = opts.sim_device;
+  if (nccl && !sim) {
     const std::string why = nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
   }
-  RZ_CHECK(nccl || std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
+  RZ_CHECK((nccl && !sim) || std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
                std::end(kProcessTransports),
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
@@ -137,14 +154,21 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
            "rank %d of world size %d is out of range", env.rank, env.world_size);
   const bool cuda_ring = !nccl && opts.device_buffers;
   if (cuda_ring) {
-    const std::string why = cuda_ring_unavailable();
+    const std::string why = sim ? std::string() : cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
     if (opts.segment_bytes == CommOptions{}.segment_bytes) opts.segment_bytes = kCudaDefaultSegmentBytes;
   }
-  if (env.world_size == 1 && nccl) return make_nccl_communicator(env, opts, nullptr, nullptr);
+  auto make_link = [&](size_t inbox_bytes) {
+    return sim ? make_sim_link(env, opts, inbox_bytes) : make_cuda_link(env, opts, inbox_bytes);
+  };
+  if (env.world_size == 1 && nccl) {
+    std::unique_ptr<NcclCalls> calls;
+    if (sim) calls = make_sim_nccl_calls(std::make_unique<RingCommunicator>(0, 1, "shm", nullptr, opts));
+    return make_nccl_communicator(env, opts, nullptr, nullptr, std::move(calls));
+  }
   if (env.world_size == 1 && cuda_ring) {
     auto comm = std::make_unique<RingCommunicator>(0, 1, "cuda", nullptr, opts);
-    comm->set_device(make_cuda_link(env, opts, 0));
+    comm->set_device(make_link(0));
     return comm;
   }
   if (env.world_size == 1)
@@ -172,20 +196,25 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
            "RINGZERO_JOB_TOKEN, or two processes were given RANK=%d",
            env.rank, env.master_addr.c_str(), env.master_port, holder.c_str(), env.rank);
 
-  if (nccl) return make_nccl_communicator(env, opts, &store, server);
+  if (nccl && !sim) return make_nccl_communicator(env, opts, &store, server);
 
-  std::string transport = opts.transport;
   store.set(strfmt("host/%d", env.rank), host_identity());
+  if (nccl) {
+    // The simulated NCCL's collectives run on a host ring of these processes.
+    CommOptions host_opts = opts;
+    host_opts.device_buffers = false;
+    return make_nccl_communicator(env, opts, &store, server, make_sim_nccl_calls(connect_host_ring(env, host_opts, store)));
+  }
   if (cuda_ring) {
     // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):
     // staged through pinned host memory over tcp.
-    bool one_host = transport != "tcp";
+    bool one_host = opts.transport != "tcp";
     const std::string mine = host_identity();
     for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
     RZ_CHECK(one_host || opts.transport != "shm",
              "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
     if (!one_host) {
-      std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, 0);
+      std::shared_ptr<DeviceLink> link = make_link(0);
       auto comm = std::make_unique<RingCommunicator>(
           env.rank, env.world_size, "cuda-tcp", make_staging_ring_channel(connect_tcp_channel(env, opts, store), link),
           opts);
@@ -193,7 +222,7 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
       if (server) comm->keep_alive(server);
       return comm;
     }
-    std::shared_ptr<DeviceLink> link = make_cuda_link(env, opts, size_t(cuda_inbox_slots()) * opts.segment_bytes);
+    std::shared_ptr<DeviceLink> link = make_link(size_t(cuda_inbox_slots()) * opts.segment_bytes);
     auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, "cuda",
                                                    connect_cuda_channel(env, opts, store, link, opts.segment_bytes),
                                                    opts);
@@ -201,15 +230,7 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
     if (server) comm->keep_alive(server);
     return comm;
   }
-  if (transport == "auto") {
-    transport = "shm";
-    std::string mine = host_identity();
-    for (int r = 0; r < env.world_size; ++r)
-      if (store.get(strfmt("host/%d", r)) != mine) transport = "tcp";
-  }
-  std::unique_ptr<RingChannel> ch = transport == "shm" ? connect_shm_channel(env, opts, store)
-                                                       : connect_tcp_channel(env, opts, store);
-  auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
+  auto comm = connect_host_ring(env, opts, store);
   if (server) comm->keep_alive(server);
   return comm;
 }

@@ -1,9 +1,7 @@
-// comm/nccl_communicator.cpp: the Communicator over NCCL (see nccl_communicator.h).
-// Compiled, never run on a GPU.
+// comm/nccl_communicator.cpp: the Communicator over NCCL (see nccl_communicator.h),
+// written once over the table of NCCL and CUDA calls in comm/nccl_calls.h: on GPUs the
+// library's (never run on a GPU yet), in CI the simulated device's, over the ring.
 #include "comm/nccl_communicator.h"
-
-#include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -14,40 +12,25 @@
 #include <thread>
 
 #include "base/check.h"
-#include "comm/device_ops.h"
+#include "base/sim_device.h"
+#include "comm/nccl_calls.h"
 #include "comm/nccl_id.h"
 #include "comm/ring_communicator.h"
 
 namespace rz {
 
-static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "comm/nccl_id.h: kNcclIdBytes is not sizeof(ncclUniqueId)");
-
-bool nccl_backend_built() { return true; }
-
-std::string nccl_unavailable() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
-  if (n == 0) return "no CUDA device visible to this process";
-  return "";
-}
-
 int nccl_device_for(const RankEnv& env, const CommOptions& opts) {
-  const std::string why = nccl_unavailable();
-  RZ_CHECK(why.empty(), "comm nccl: rank %d: %s", env.rank, why.c_str());
-  int n = 0;
-  (void)cudaGetDeviceCount(&n);
+  const int n = opts.sim_device ? sim::kDeviceCount : nccl_cuda_device_count(env.rank);
+  const char* kind = opts.sim_device ? "sim" : "cuda";
   if (opts.cuda_device >= 0) {
-    RZ_CHECK(opts.cuda_device < n, "comm nccl: rank %d: device cuda:%d asked for, but %d device(s) are visible",
-             env.rank, opts.cuda_device, n);
+    RZ_CHECK(opts.cuda_device < n, "comm nccl: rank %d: device %s:%d asked for, but %d device(s) are visible",
+             env.rank, kind, opts.cuda_device, n);
     return opts.cuda_device;
   }
   return env.local_rank % n;
 }
 
 namespace {
-
-ncclDataType_t nccl_type(DType t) { return t == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
 
 // The watchdog finishes every handle within the timeout.
 class NcclWork final : public FinishableWork {
@@ -58,14 +41,16 @@ class NcclWork final : public FinishableWork {
   const uint64_t seq;
   const uint64_t bytes;  // ring-equivalent payload per rank
   OnDone on_done;
-  cudaEvent_t event = nullptr;  // recorded on the comm stream after the collective
+  void* event = nullptr;  // recorded on the comm stream after the collective
   std::chrono::steady_clock::time_point issued;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const RankEnv& env, const CommOptions& opts, StoreClient* store, std::shared_ptr<void> keep_alive)
-      : rank_(env.rank), nranks_(env.world_size), opts_(opts), keep_alive_(std::move(keep_alive)) {
+  NcclCommunicator(const RankEnv& env, const CommOptions& opts, StoreClient* store, std::shared_ptr<void> keep_alive,
+                   std::unique_ptr<NcclCalls> calls)
+      : api_(std::move(calls)), rank_(env.rank), nranks_(env.world_size), opts_(opts),
+        keep_alive_(std::move(keep_alive)) {
     dev_ = nccl_device_for(env, opts);
     try {
       start(store);
@@ -84,13 +69,13 @@ class NcclCommunicator final : public Communicator {
       cv_.notify_all();
     }
     if (watchdog_.joinable()) watchdog_.join();  // returns once every handle finished or failed
-    (void)cudaSetDevice(dev_);
+    (void)api_->set_device(dev_);
     if (comm_ != nullptr) {
       bool finalized = false;
       if (broken_.empty() && std::uncaught_exceptions() == 0) {
         try {
-          nccl("ncclCommFinalize", ncclCommFinalize(comm_));
-          finalized = ncclCommDestroy(comm_) == ncclSuccess;
+          nccl("ncclCommFinalize", api_->finalize(comm_));
+          finalized = api_->destroy(comm_).code == NcclStatus::success;
           if (finalized) comm_ = nullptr;
         } catch (const std::exception&) {
         }
@@ -103,31 +88,26 @@ class NcclCommunicator final : public Communicator {
  private:
   // The comm stream, events, the barrier word and NCCL's communicator (id through the store).
   void start(StoreClient* store) {
-    cuda("cudaSetDevice", cudaSetDevice(dev_));
-    in_stream_ = static_cast<cudaStream_t>(opts_.cuda_stream);
-    cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&in_event_, cudaEventDisableTiming));
-    cuda("cudaMalloc(barrier word)", cudaMalloc(&barrier_word_, sizeof(float)));
+    cuda("cudaSetDevice", api_->set_device(dev_));
+    in_stream_ = opts_.cuda_stream;
+    cuda("cudaStreamCreateWithFlags", api_->stream_create(&stream_));
+    cuda("cudaEventCreateWithFlags", api_->event_create(&in_event_));
+    cuda("cudaMalloc(barrier word)", api_->malloc(&barrier_word_, sizeof(float)));
 
     auto make_id = [this] {
-      ncclUniqueId id;
-      nccl("ncclGetUniqueId", ncclGetUniqueId(&id));
       NcclIdBytes b;
-      std::memcpy(b.data(), &id, sizeof id);
+      nccl("ncclGetUniqueId", api_->get_unique_id(&b));
       return b;
     };
-    NcclIdBytes idb = nranks_ == 1 || store == nullptr ? make_id() : share_nccl_id(*store, rank_, make_id);
-    ncclUniqueId id;
-    std::memcpy(&id, idb.data(), sizeof id);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // every call returns at once; settle() bounds the wait
-    nccl("ncclCommInitRankConfig", ncclCommInitRankConfig(&comm_, nranks_, id, rank_, &config));
+    NcclIdBytes id = nranks_ == 1 || store == nullptr ? make_id() : share_nccl_id(*store, rank_, make_id);
+    // A non-blocking communicator: every call returns at once; settle() bounds the wait.
+    nccl("ncclCommInitRankConfig", api_->comm_init_rank(&comm_, nranks_, id, rank_));
   }
   void free_cuda() {
-    if (scratch_ != nullptr) (void)cudaFreeAsync(scratch_, stream_);
-    if (barrier_word_ != nullptr) (void)cudaFree(barrier_word_);
-    if (in_event_ != nullptr) (void)cudaEventDestroy(in_event_);
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    if (scratch_ != nullptr) api_->free_async(scratch_, stream_);
+    if (barrier_word_ != nullptr) api_->free(barrier_word_);
+    if (in_event_ != nullptr) api_->event_destroy(in_event_);
+    if (stream_ != nullptr) api_->stream_destroy(stream_);
     scratch_ = barrier_word_ = nullptr;
     in_event_ = nullptr;
     stream_ = nullptr;
@@ -137,6 +117,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return nranks_; }
   std::string transport_name() const override { return "nccl"; }
+  bool takes_host_buffers() const override { return false; }
 
   void all_reduce(void* buf, size_t count, DType dt, ReduceOp op) override {
     all_reduce_async(buf, count, dt, op, {})->wait();
@@ -152,7 +133,7 @@ class NcclCommunicator final : public Communicator {
   }
   void barrier() override {
     issue(CollectiveKind::barrier, 0, {}, [&] {
-      nccl("ncclAllReduce", ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_));
+      nccl("ncclAllReduce", api_->all_reduce(barrier_word_, barrier_word_, 1, DType::f32, comm_, stream_));
     })->wait();
   }
 
@@ -160,8 +141,8 @@ class NcclCommunicator final : public Communicator {
     check_device(buf, count, "all_reduce", "buf");
     return issue(CollectiveKind::all_reduce, 2 * phase_bytes(count, dt), std::move(on_done), [&] {
       if (count == 0) return;
-      nccl("ncclAllReduce", ncclAllReduce(buf, buf, count, nccl_type(dt), ncclSum, comm_, stream_));
-      if (op == ReduceOp::avg) comm_cuda::divide_by(buf, count, dt, nranks_, stream_);
+      nccl("ncclAllReduce", api_->all_reduce(buf, buf, count, dt, comm_, stream_));
+      if (op == ReduceOp::avg) api_->divide_by(buf, count, dt, nranks_, stream_);
     });
   }
 
@@ -177,17 +158,16 @@ class NcclCommunicator final : public Communicator {
       if (count == 0) return;
       const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
       if (S * nranks_ == count) {
-        nccl("ncclReduceScatter", ncclReduceScatter(in, out, S, nccl_type(dt), ncclSum, comm_, stream_));
+        nccl("ncclReduceScatter", api_->reduce_scatter(in, out, S, dt, comm_, stream_));
       } else {
         char* pad = static_cast<char*>(scratch(S * nranks_ * esz));
-        cuda("cudaMemcpyAsync", cudaMemcpyAsync(pad, in, count * esz, cudaMemcpyDeviceToDevice, stream_));
-        cuda("cudaMemsetAsync", cudaMemsetAsync(pad + count * esz, 0, (S * nranks_ - count) * esz, stream_));
+        cuda("cudaMemcpyAsync", api_->memcpy_async(pad, in, count * esz, stream_));
+        cuda("cudaMemsetAsync", api_->memset_async(pad + count * esz, 0, (S * nranks_ - count) * esz, stream_));
         char* my_part = pad + rank_ * S * esz;
-        nccl("ncclReduceScatter", ncclReduceScatter(pad, my_part, S, nccl_type(dt), ncclSum, comm_, stream_));
-        if (mine.count > 0)
-          cuda("cudaMemcpyAsync", cudaMemcpyAsync(out, my_part, mine.count * esz, cudaMemcpyDeviceToDevice, stream_));
+        nccl("ncclReduceScatter", api_->reduce_scatter(pad, my_part, S, dt, comm_, stream_));
+        if (mine.count > 0) cuda("cudaMemcpyAsync", api_->memcpy_async(out, my_part, mine.count * esz, stream_));
       }
-      if (op == ReduceOp::avg) comm_cuda::divide_by(out, mine.count, dt, nranks_, stream_);
+      if (op == ReduceOp::avg) api_->divide_by(out, mine.count, dt, nranks_, stream_);
     });
   }
 
@@ -199,14 +179,13 @@ class NcclCommunicator final : public Communicator {
       if (count == 0) return;
       const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
       if (S * nranks_ == count) {
-        nccl("ncclAllGather", ncclAllGather(shard, out, S, nccl_type(dt), comm_, stream_));
+        nccl("ncclAllGather", api_->all_gather(shard, out, S, dt, comm_, stream_));
       } else {
         char* pad = static_cast<char*>(scratch(S * nranks_ * esz));
         char* my_part = pad + rank_ * S * esz;
-        if (mine.count > 0)
-          cuda("cudaMemcpyAsync", cudaMemcpyAsync(my_part, shard, mine.count * esz, cudaMemcpyDeviceToDevice, stream_));
-        nccl("ncclAllGather", ncclAllGather(my_part, pad, S, nccl_type(dt), comm_, stream_));
-        cuda("cudaMemcpyAsync", cudaMemcpyAsync(out, pad, count * esz, cudaMemcpyDeviceToDevice, stream_));
+        if (mine.count > 0) cuda("cudaMemcpyAsync", api_->memcpy_async(my_part, shard, mine.count * esz, stream_));
+        nccl("ncclAllGather", api_->all_gather(my_part, pad, S, dt, comm_, stream_));
+        cuda("cudaMemcpyAsync", api_->memcpy_async(out, pad, count * esz, stream_));
       }
     });
   }
@@ -217,7 +196,7 @@ class NcclCommunicator final : public Communicator {
     const uint64_t bytes = rank_ == root ? 0 : static_cast<uint64_t>(count) * dtype_size(dt);
     return issue(CollectiveKind::broadcast, bytes, std::move(on_done), [&] {
       if (count == 0) return;
-      nccl("ncclBroadcast", ncclBroadcast(buf, buf, count, nccl_type(dt), root, comm_, stream_));
+      nccl("ncclBroadcast", api_->broadcast(buf, buf, count, dt, root, comm_, stream_));
     });
   }
 
@@ -226,33 +205,25 @@ class NcclCommunicator final : public Communicator {
 
  private:
   // ---- checks: every CUDA and NCCL result, named with this rank ----
-  void cuda(const char* what, cudaError_t e) const {
-    if (e != cudaSuccess) throw Error(strfmt("%s failed: %s", what, cudaGetErrorString(e)));
+  void cuda(const char* what, const std::string& error) const {
+    if (!error.empty()) throw Error(strfmt("%s failed: %s", what, error.c_str()));
   }
   // A non-blocking communicator may answer ncclInProgress: the call is not finished (for a
   // collective: not yet on the stream) until the async state turns to success, so it is
   // settled before anything else goes on the stream or to NCCL.
-  void nccl(const char* what, ncclResult_t r) {
-    if (r == ncclSuccess) return;
-    if (r == ncclInProgress) return settle(what);
-    const char* last = comm_ != nullptr ? ncclGetLastError(comm_) : nullptr;
-    throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(r),
-                       last != nullptr && *last != 0 ? ": " : "", last != nullptr ? last : ""));
+  void nccl(const char* what, const NcclStatus& r) {
+    if (r.code == NcclStatus::success) return;
+    if (r.code == NcclStatus::in_progress) return settle(what);
+    throw Error(strfmt("%s failed: %s", what, r.error.c_str()));
   }
   // Waits, bounded by the timeout, until the non-blocking communicator has no call in
   // progress (init, an enqueue that is still connecting, finalize).
   void settle(const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_s);
     for (;;) {
-      ncclResult_t st = ncclSuccess;
-      const ncclResult_t q = ncclCommGetAsyncError(comm_, &st);
-      if (q != ncclSuccess) st = q;
-      if (st == ncclSuccess) return;
-      if (st != ncclInProgress) {
-        const char* last = ncclGetLastError(comm_);
-        throw Error(strfmt("%s failed: %s%s%s", what, ncclGetErrorString(st), last != nullptr && *last != 0 ? ": " : "",
-                           last != nullptr ? last : ""));
-      }
+      const NcclStatus st = api_->async_error(comm_);
+      if (st.code == NcclStatus::success) return;
+      if (st.code == NcclStatus::failed) throw Error(strfmt("%s failed: %s", what, st.error.c_str()));
       if (std::chrono::steady_clock::now() >= deadline)
         throw Error(strfmt("%s still in progress after %.0f s (a peer is gone or not started; raise "
                            "--comm-timeout or RINGZERO_COMM_TIMEOUT if it is just slow)",
@@ -261,15 +232,13 @@ class NcclCommunicator final : public Communicator {
     }
   }
   void abort_comm() {
-    if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+    if (comm_ != nullptr) api_->abort(comm_);
     comm_ = nullptr;
   }
   void check_device(const void* p, size_t n, const char* op, const char* name) const {
     if (n == 0) return;
     RZ_CHECK(p != nullptr, "%s: %s is null but %zu elements were asked for", op, name, n);
-    cudaPointerAttributes a{};
-    const cudaError_t e = cudaPointerGetAttributes(&a, p);
-    RZ_CHECK(e == cudaSuccess && (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged),
+    RZ_CHECK(api_->is_device_memory(p),
              "comm nccl: rank %d: %s: %s is not device memory (the nccl backend works on GPU buffers: --device cuda)",
              rank_, op, name);
   }
@@ -281,11 +250,11 @@ class NcclCommunicator final : public Communicator {
   void* scratch(size_t bytes) {
     if (bytes <= scratch_bytes_) return scratch_;
     if (scratch_ != nullptr) {
-      cuda("cudaFreeAsync(scratch)", cudaFreeAsync(scratch_, stream_));
+      api_->free_async(scratch_, stream_);
       scratch_ = nullptr;
       scratch_bytes_ = 0;
     }
-    cuda("cudaMallocAsync(scratch)", cudaMallocAsync(&scratch_, bytes, stream_));
+    cuda("cudaMallocAsync(scratch)", api_->malloc_async(&scratch_, bytes, stream_));
     scratch_bytes_ = bytes;
     return scratch_;
   }
@@ -298,17 +267,17 @@ class NcclCommunicator final : public Communicator {
     RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
     auto work = std::make_shared<NcclWork>(kind, ++seq_, bytes, std::move(on_done));
     try {
-      cuda("cudaSetDevice", cudaSetDevice(dev_));
-      cuda("cudaEventRecord(input stream)", cudaEventRecord(in_event_, in_stream_));
-      cuda("cudaStreamWaitEvent", cudaStreamWaitEvent(stream_, in_event_, 0));
+      cuda("cudaSetDevice", api_->set_device(dev_));
+      cuda("cudaEventRecord(input stream)", api_->event_record(in_event_, in_stream_));
+      cuda("cudaStreamWaitEvent", api_->stream_wait_event(stream_, in_event_));
       enqueue();
       // A stream-form OnDone queues its work right behind the collective; the handle's
       // event below then covers both.
       if (work->on_done.stream_form()) work->on_done.run_queued(stream_);
-      cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&work->event, cudaEventDisableTiming));
-      cuda("cudaEventRecord(comm stream)", cudaEventRecord(work->event, stream_));
+      cuda("cudaEventCreateWithFlags", api_->event_create(&work->event));
+      cuda("cudaEventRecord(comm stream)", api_->event_record(work->event, stream_));
     } catch (const std::exception& e) {  // a CUDA or NCCL call, or the stream-form OnDone
-      if (work->event != nullptr) (void)cudaEventDestroy(work->event);
+      if (work->event != nullptr) api_->event_destroy(work->event);
       break_locked(*work, e.what());
       throw Error(broken_);
     }
@@ -327,7 +296,7 @@ class NcclCommunicator final : public Communicator {
                        static_cast<unsigned long long>(at.seq), what.c_str());
     abort_comm();
     for (auto& w : pending_) {
-      if (w->event != nullptr) (void)cudaEventDestroy(w->event);
+      if (w->event != nullptr) api_->event_destroy(w->event);
       w->finish(std::make_exception_ptr(Error(broken_)));
     }
     pending_.clear();
@@ -335,7 +304,7 @@ class NcclCommunicator final : public Communicator {
 
   // Completes handles in issue order; aborts on an NCCL error or a handle past the timeout.
   void watchdog_main() {
-    (void)cudaSetDevice(dev_);
+    (void)api_->set_device(dev_);
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
       if (pending_.empty()) {
@@ -344,8 +313,8 @@ class NcclCommunicator final : public Communicator {
         continue;
       }
       std::shared_ptr<NcclWork> w = pending_.front();
-      const cudaError_t q = cudaEventQuery(w->event);
-      if (q == cudaSuccess) {
+      std::string stream_error;
+      if (api_->event_query(w->event, &stream_error)) {
         pending_.pop_front();
         const auto now = std::chrono::steady_clock::now();
         front_since_ = now;
@@ -354,7 +323,7 @@ class NcclCommunicator final : public Communicator {
         c.bytes_sent += w->bytes;
         c.bytes_recv += w->bytes;
         c.seconds += std::chrono::duration<double>(now - w->issued).count();
-        (void)cudaEventDestroy(w->event);
+        api_->event_destroy(w->event);
         l.unlock();
         std::exception_ptr err;
         try {
@@ -367,16 +336,12 @@ class NcclCommunicator final : public Communicator {
         continue;
       }
       std::string fault;
-      if (q != cudaErrorNotReady) {
-        fault = strfmt("the comm stream failed: %s", cudaGetErrorString(q));
+      if (!stream_error.empty()) {
+        fault = strfmt("the comm stream failed: %s", stream_error.c_str());
       } else {
-        ncclResult_t st = ncclSuccess;
-        const ncclResult_t r = ncclCommGetAsyncError(comm_, &st);
-        if (r != ncclSuccess) st = r;
-        if (st != ncclSuccess && st != ncclInProgress) {
-          const char* last = ncclGetLastError(comm_);
-          fault = strfmt("NCCL reported %s%s%s", ncclGetErrorString(st), last != nullptr && *last != 0 ? ": " : "",
-                         last != nullptr ? last : "");
+        const NcclStatus st = api_->async_error(comm_);
+        if (st.code == NcclStatus::failed) {
+          fault = strfmt("NCCL reported %s", st.error.c_str());
         } else if (std::chrono::steady_clock::now() - front_since_ >
                    std::chrono::duration<double>(opts_.timeout_s)) {
           fault = strfmt("timed out after %.0f s waiting for the other ranks (a peer died or stopped; raise "
@@ -392,14 +357,15 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  std::unique_ptr<NcclCalls> api_;  // the library's calls, or the simulated device's
   int rank_, nranks_;
   int dev_ = 0;
   CommOptions opts_;
   std::shared_ptr<void> keep_alive_;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;     // the comm stream (non-blocking)
-  cudaStream_t in_stream_ = nullptr;  // where inputs are produced (null: legacy default stream)
-  cudaEvent_t in_event_ = nullptr;
+  void* comm_ = nullptr;       // ncclComm_t
+  void* stream_ = nullptr;     // the comm stream (non-blocking)
+  void* in_stream_ = nullptr;  // where inputs are produced (null: legacy default stream)
+  void* in_event_ = nullptr;
   void* barrier_word_ = nullptr;      // (1) float on the device
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
@@ -418,9 +384,10 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, const CommOptions& options, StoreClient* store,
-                                                     std::shared_ptr<void> keep_alive) {
+                                                     std::shared_ptr<void> keep_alive, std::unique_ptr<NcclCalls> calls) {
   CommOptions opts = resolve_comm_options(options);
-  return std::make_unique<NcclCommunicator>(env, opts, store, std::move(keep_alive));
+  if (calls == nullptr) calls = make_cuda_nccl_calls();
+  return std::make_unique<NcclCommunicator>(env, opts, store, std::move(keep_alive), std::move(calls));
 }
 
 }  // namespace rz

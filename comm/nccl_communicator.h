@@ -20,7 +20,9 @@
 // every pending handle with a message naming the rank. Blocking calls are an async call
 // plus its wait.
 //
-// Status: compiled, never run on a GPU (see docs/gpu-comm.md).
+// The logic is written once over a table of NCCL and CUDA calls (comm/nccl_calls.h): the
+// library's on GPUs, the simulated device's (--device sim) in CI, where it runs over the
+// ring on CPU ranks. Status on GPUs: compiled, never run on a GPU (see docs/gpu-comm.md).
 #pragma once
 
 #include <memory>
@@ -28,6 +30,7 @@
 
 #include "comm/communicator.h"
 #include "comm/factory.h"
+#include "comm/nccl_calls.h"
 
 namespace rz {
 
@@ -41,13 +44,15 @@ bool nccl_backend_built();
 std::string nccl_unavailable();
 
 // The GPU a rank uses: opts.cuda_device when set (>= 0), else local_rank modulo the
-// visible device count. Fails with one line when there is no device.
+// visible device count (opts.sim_device: the simulated device's). Fails with one line
+// when there is no device.
 int nccl_device_for(const RankEnv& env, const CommOptions& opts);
 
 // One rank of an NCCL communicator over env.world_size ranks. store is the rendezvous
 // (null only for world size 1); keep_alive is held as long as the communicator (rank 0's
-// store server).
+// store server). calls: the table it runs on; null for the library's (make_cuda_nccl_calls).
 std::unique_ptr<Communicator> make_nccl_communicator(const RankEnv& env, const CommOptions& opts, StoreClient* store,
-                                                     std::shared_ptr<void> keep_alive);
+                                                     std::shared_ptr<void> keep_alive,
+                                                     std::unique_ptr<NcclCalls> calls = nullptr);
 
 }  // namespace rz

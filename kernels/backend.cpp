@@ -3,6 +3,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/sim/sim_backend.h"
 #if RINGZERO_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -19,6 +20,7 @@ bool cuda_backend_built() {
 
 std::unique_ptr<Backend> make_backend(Device dev) {
   if (dev.is_cpu()) return make_cpu_backend();
+  if (dev.kind == DeviceKind::sim) return make_sim_backend(dev.index);
 #if RINGZERO_HAVE_CUDA
   return make_cuda_backend(dev.index);
 #else

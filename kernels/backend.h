@@ -5,8 +5,9 @@
 // Why a table and not a branch: a backend is "where the numbers live and who computes on
 // them". The CPU backend (kernels/cpu/cpu_backend.cpp) forwards each op to the templated
 // CPU kernels in kernels/cpu/*.h, which stay the reference; the CUDA backend
-// (kernels/cuda/cuda_backend.cu) launches its kernels on one compute stream. Adding a
-// backend is writing one more table; tests/test_backend_ops.cpp then holds every op of it
+// (kernels/cuda/cuda_backend.cu) launches its kernels on one compute stream; the simulated
+// device (kernels/sim, `--device sim`, for tests) checks every pointer against a guarded
+// arena and forwards to the CPU backend. Adding a backend is writing one more table; tests/test_backend_ops.cpp then holds every op of it
 // against the CPU backend (ggml's test-backend-ops is the model).
 //
 // Conventions, for every op:
@@ -234,7 +235,7 @@ inline Ops<float>& Backend::ops<float>() { return *f32_; }
 template <>
 inline Ops<bf16>& Backend::ops<bf16>() { return *bf16_; }
 
-// The backend for a device. For cuda it fails with one line naming the cause: a build
+// The backend for a device (cpu, cuda:K, sim:K). For cuda it fails with one line naming the cause: a build
 // without the CUDA backend, no driver, no device, or an index past the device count.
 std::unique_ptr<Backend> make_backend(Device dev);
 

@@ -166,6 +166,7 @@ struct GPT2::Impl {
   int B = 0, T = 0;              // shape of the last forward
   bool have_targets = false, logits_valid = false;
   std::vector<int> host_inputs;  // (B*T) the last forward's token ids, on the host for encoder_backward
+  std::vector<float> host_losses;  // (N) the last forward's losses, copied to the host
 
   // ZeRO-3 (set_param_gate): per unit, the gate's pointer while acquired, else null.
   ParamGate* gate = nullptr;
@@ -260,9 +261,13 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   release(L + 1);
   logits_valid = true;
   if (!tg) return 0.0f;
-  op.crossentropy_forward(a.losses, a.lse, a.logits, tg, int(N), V, Vp);
+  // The op reads the targets from backend memory (copied above), and the per-position
+  // losses are backend memory too: their mean is taken on the host over a copy.
+  op.crossentropy_forward(a.losses, a.lse, a.logits, a.targets, int(N), V, Vp);
+  host_losses.resize(N);
+  be.copy_to_host(host_losses.data(), a.losses, N * sizeof(float));
   double sum = 0;
-  for (size_t i = 0; i < N; ++i) sum += a.losses[i];
+  for (float l : host_losses) sum += l;
   return float(sum / double(N));
 }
 

@@ -9,12 +9,18 @@
 // Without a CUDA backend in the build, or without a GPU, a GPU test's main() prints why
 // and exits with kSkipCode, which tests/CMakeLists.txt registers as SKIP_RETURN_CODE: CTest
 // then reports the test as skipped, never as passed.
+//
+// A program whose tests reach the device only through gpu() may take `--device sim` (first
+// argument; gpu_test_main's sim_capable): the backend under test is then the simulated
+// device (kernels/sim) instead, which runs everywhere: its ops are the CPU's behind a
+// guarded arena, so every comparison is bitwise there, whatever tolerance the test names.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -44,9 +50,18 @@ inline std::string gpu_unavailable() {
 #endif
 }
 
-// The backend on cuda:0, made once per process.
+// The backend under test: cuda:0, or sim:0 with --device sim (bitwise: the CPU's ops).
+struct BackendUnderTest {
+  Device device{DeviceKind::cuda, 0};
+  bool bitwise = false;
+};
+inline BackendUnderTest& under_test() {
+  static BackendUnderTest u;
+  return u;
+}
+// The backend under test, made once per process.
 inline Backend& gpu() {
-  static std::unique_ptr<Backend> b = make_backend(Device{DeviceKind::cuda, 0});
+  static std::unique_ptr<Backend> b = make_backend(under_test().device);
   return *b;
 }
 inline Backend& cpu() { return cpu_backend(); }
@@ -104,11 +119,28 @@ class DevBuf {
   Buffer<T> buf_;
 };
 
+template <typename T>
+bool same_bits(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
 // Element-wise comparison (gpu_compare.h's rule); prints the first few offenders and how
-// many there were.
+// many there were. On a bitwise backend (--device sim) every element must have the
+// reference's bits.
 template <typename T>
 void compare(const std::string& what, const std::vector<T>& got, const std::vector<T>& ref, Tol t) {
   REQUIRE(got.size() == ref.size());
+  if (under_test().bitwise) {
+    size_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if (same_bits(got[i], ref[i])) continue;
+      if (bad < 5) UNSCOPED_INFO(what << "[" << i << "]: " << to_f(got[i]) << " vs cpu " << to_f(ref[i]));
+      ++bad;
+    }
+    INFO(what << " (" << ref.size() << " elements): " << bad << " not bitwise the CPU's");
+    CHECK(bad == 0);
+    return;
+  }
   const Outside o = outside_tolerance(got, ref, t);
   if (o.bad > 0) UNSCOPED_INFO(what << ":\n" << o.first);
   INFO(what << " (" << ref.size() << " elements, rms " << o.rms << "): " << o.bad << " outside tolerance");
@@ -116,7 +148,13 @@ void compare(const std::string& what, const std::vector<T>& got, const std::vect
 }
 
 // The CATCH_CONFIG_RUNNER main of a GPU test program.
-inline int gpu_test_main(int argc, char** argv, const char* program) {
+inline int gpu_test_main(int argc, char** argv, const char* program, bool sim_capable = false) {
+  if (sim_capable && argc > 2 && std::string(argv[1]) == "--device" && std::string(argv[2]) == "sim") {
+    under_test() = BackendUnderTest{Device{DeviceKind::sim, 0}, true};
+    argv[2] = argv[0];
+    std::printf("%s: on %s against %s, bitwise\n", program, gpu().name().c_str(), cpu().name().c_str());
+    return Catch::Session().run(argc - 2, argv + 2);
+  }
   const std::string why = gpu_unavailable();
   if (!why.empty()) {
     std::printf("%s: SKIPPED: %s\n", program, why.c_str());

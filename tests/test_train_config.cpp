@@ -122,7 +122,8 @@ TEST_CASE("validation is a separate step that names the key") {
   CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
   CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
   CHECK(bad([](TrainConfig& c) { c.device = "cuda:x"; }) ==
-        "device: expected cpu, cuda or cuda:K (K a GPU index), found 'cuda:x'");
+        "device: expected cpu, cuda or cuda:K (K a GPU index; sim or sim:K: the simulated device, for tests), "
+        "found 'cuda:x'");
   CHECK(bad([](TrainConfig& c) { c.device = "gpu"; }).find("device: expected cpu, cuda or cuda:K") == 0);
   CHECK(bad([](TrainConfig& c) { c.recompute = "block"; }) == "recompute: expected none, gelu or layer, found 'block'");
   CHECK(bad([](TrainConfig& c) { c.recompute = "layer"; }).empty());

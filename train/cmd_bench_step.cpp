@@ -203,7 +203,7 @@ int run_bench_step(int argc, char** argv) {
   auto* seq_opt = add_number(app, "--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
   app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
-  app.add_option("--device", device_s, "cpu, cuda or cuda:K")->capture_default_str();
+  app.add_option("--device", device_s, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
   add_number(app, "--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   add_number(app, "--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--attention", attention_s, "materialized or flash (what attention keeps for backward)")

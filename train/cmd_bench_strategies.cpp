@@ -186,7 +186,8 @@ int bench_rank(const BenchArgs& a) {
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
   st->params_f32(params.data());  // collective: zero3 gathers them
-  const std::vector<double> rank_cpu_ms = all_gather_partials(*comm, median(step_cpu_ms));
+  HostCollectives host_comm(*comm, model.backend());
+  const std::vector<double> rank_cpu_ms = all_gather_partials(host_comm, median(step_cpu_ms));
   if (env.rank == 0) {
     std::string per_rank;
     for (double c : rank_cpu_ms) {

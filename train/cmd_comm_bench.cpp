@@ -286,7 +286,7 @@ int run_comm_bench(int argc, char** argv) {
                  "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
                  "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
                  "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never "
-                 "run on a GPU yet)")
+                 "run on a GPU yet); sim: the same on the simulated device, for tests)")
       ->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
@@ -330,19 +330,24 @@ int run_comm_bench(int argc, char** argv) {
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());
   RZ_CHECK(!device.is_cpu() || a.comm != "nccl", "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
   const bool cuda_ring = a.comm == "ring" && !device.is_cpu();
+  // --device sim (tests): the GPU path on the simulated device, nccl and the cuda
+  // transport over their simulated calls.
+  const bool sim = device.kind == DeviceKind::sim;
+  const bool indexed = a.device.find(':') != std::string::npos;  // cuda:K / sim:K: every rank on K
+  opts.sim_device = sim;
   if (cuda_ring) {
     RZ_CHECK(a.transport != "thread", "comm-bench: --device %s with --comm ring runs ranks as processes (CUDA IPC "
              "between them), not as threads (drop --transport thread)", a.device.c_str());
-    const std::string why = cuda_ring_unavailable();
+    const std::string why = sim ? std::string() : cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
     opts.device_buffers = true;
     if (app.count("--segment-bytes") == 0) opts.segment_bytes = kCudaDefaultSegmentBytes;
-    if (a.device != "cuda") opts.cuda_device = device.index;
+    if (indexed) opts.cuda_device = device.index;
   }
   if (a.comm == "nccl") {
-    const std::string why = nccl_unavailable();
+    const std::string why = sim ? std::string() : nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
-    if (a.device != "cuda") opts.cuda_device = device.index;
+    if (indexed) opts.cuda_device = device.index;
   }
   if (a.comm == "mpi") {
     // mpirun started the ranks; --nproc is not used.
@@ -383,7 +388,7 @@ int run_comm_bench(int argc, char** argv) {
   std::unique_ptr<Backend> backend;
   if (a.comm == "nccl" || cuda_ring) {
     const int gpu = cuda_ring ? cuda_ring_device_for(env, opts) : nccl_device_for(env, opts);
-    backend = make_backend(Device{DeviceKind::cuda, gpu});
+    backend = make_backend(Device{device.kind, gpu});
     mem.dev = backend.get();
     mem.copy_gbps = measure_copy_gbps(*backend, std::clamp<size_t>(max_b, 32u << 20, 1u << 30));
   }

@@ -44,7 +44,7 @@ int run_sample(int argc, char** argv) {
                  "context of each forward, in tokens (0: the model's maxT); use the seq it was trained at")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
-  app.add_option("--device", device, "cpu, cuda or cuda:K")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(app.count("--gpt2-dir") == 0 || tokenizer_spec == "gpt2",
            "--gpt2-dir: does nothing without --tokenizer gpt2 (only the GPT-2 tokenizer reads it)");

@@ -63,7 +63,7 @@ int run_verify(int argc, char** argv) {
   app.add_option("--model", model_path, "llm.c model file (version 3 fp32 or 5 bf16)")->required();
   app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
   app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
-  app.add_option("--device", device, "cpu, cuda or cuda:K")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
   add_number(app, "--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
   add_number(app, "--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
   add_number(app, "--grads-atol", grads_atol, "absolute tolerance for gradients (default by precision)");

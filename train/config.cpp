@@ -69,7 +69,7 @@ const Setting kSettings[] = {
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
   {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
   {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
-  {"device", &TrainConfig::device, Allowed::device, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl"},
+  {"device", &TrainConfig::device, Allowed::device, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
   {"attention", &TrainConfig::attention, Allowed::attention, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
   {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
@@ -184,7 +184,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::non_negative: return ">= 0";
     case Allowed::fraction: return "0 to 1";
     case Allowed::port: return "0..65535";
-    case Allowed::device: return "cpu, cuda or cuda:K";
+    case Allowed::device: return "cpu, cuda, cuda:K or sim (tests)";
     case Allowed::transport: return process_transport_names();
     case Allowed::resume: return "no, yes or auto (or true/false)";
     case Allowed::recompute: return or_list(recompute_names());

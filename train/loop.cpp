@@ -38,6 +38,7 @@
 #include "train/strategy_checkpoint.h"
 #include "train/timeline.h"
 #include "zero/buckets.h"
+#include "zero/host_collectives.h"
 #include "zero/memory_formula.h"
 #include "zero/memory_report.h"
 #include "zero/strategy.h"
@@ -47,11 +48,12 @@ namespace fs = std::filesystem;
 namespace rz {
 namespace {
 
-// Collective: every rank's peak bytes (all tags) in MiB, for rank 0's progress line.
-std::vector<float> gather_peak_mib(Communicator& comm) {
-  std::vector<float> all(static_cast<size_t>(comm.size()));
-  const float mine = static_cast<float>(MemoryTracker::global().peak_total()) / (1024.0f * 1024.0f);
-  comm.all_gather(&mine, all.data(), all.size(), DType::f32);
+// Collective: every rank's peak bytes (all tags) in MiB on the model's device (the host,
+// or a GPU's memory), for rank 0's progress line.
+std::vector<float> gather_peak_mib(HostCollectives& hc, DeviceKind kind) {
+  std::vector<float> all(static_cast<size_t>(hc.comm().size()));
+  const float mine = static_cast<float>(MemoryTracker::global().peak_total(kind)) / (1024.0f * 1024.0f);
+  hc.all_gather(&mine, all.data(), all.size());
   return all;
 }
 
@@ -100,8 +102,10 @@ class Trainer {
   int stop_after(int step);
   void memory_report();
   bool rank0() const { return rank_ == 0; }
+  // The loss and the votes are host values: host_comm_ stages them through the device
+  // where the communicator takes device buffers only (nccl).
   float all_reduce_mean(float x) {
-    comm_->all_reduce(&x, 1, DType::f32, ReduceOp::avg);
+    host_comm_->all_reduce(&x, 1, ReduceOp::avg);
     return x;
   }
 
@@ -109,6 +113,7 @@ class Trainer {
   RankEnv env_;
   int rank_ = 0, world_ = 1, accum_ = 1;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<HostCollectives> host_comm_;  // comm_ for host values, through the model's backend
   bool shared_params_ = false;  // parameters in shared memory (ModelOptions::shared_params)
   std::unique_ptr<Tokenizer> tok_;
   GPT2Config mcfg_;
@@ -148,11 +153,16 @@ void Trainer::setup() {
   RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.strategy != StrategyKind::zero3,
            "device %s with %d ranks: zero3 runs on CPU ranks only in this build (GPU ranks: ddp, zero1 or zero2)",
            device_name(device_).c_str(), world_);
-  if (!device_.is_cpu() && world_ > 1 && cfg_.device == "cuda") {
-    // Plain `cuda` on several ranks: rank r takes GPU LOCAL_RANK mod the visible GPUs, the
-    // one its communicator picks.
+  // The simulated device (--device sim, for tests) takes every branch a GPU takes: its
+  // memory is device memory that host code cannot touch, its communicators nccl's and the
+  // cuda transport's own code over simulated calls.
+  const bool sim_device = device_.kind == DeviceKind::sim;
+  if (!device_.is_cpu() && world_ > 1 && cfg_.device.find(':') == std::string::npos) {
+    // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
+    // visible GPUs, the one its communicator picks.
     CommOptions probe;
     probe.backend = cfg_.comm;
+    probe.sim_device = sim_device;
     device_.index = cfg_.comm == "nccl" ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
@@ -217,6 +227,7 @@ void Trainer::setup() {
     // parameter all-gather.
     copts.device_buffers = true;
     copts.cuda_device = device_.index;
+    copts.sim_device = sim_device;
   }
   comm_ = connect_communicator(env_, copts);
 
@@ -224,7 +235,9 @@ void Trainer::setup() {
   mopts.attention = parse_attention(cfg_.attention);
   // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
   // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).
-  mopts.shared_params = comm_->reads_shared_memory() &&
+  // Host parameters only: on GPU ranks the cuda transport's host channel reads shared
+  // memory too, but the parameters are device memory.
+  mopts.shared_params = device_.is_cpu() && comm_->reads_shared_memory() &&
                         (cfg_.strategy == StrategyKind::zero1 || cfg_.strategy == StrategyKind::zero2);
   shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
@@ -239,6 +252,7 @@ void Trainer::setup() {
   sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
   sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
   strategy_ = make_strategy(*model_, *comm_, sopts_);
+  host_comm_ = std::make_unique<HostCollectives>(*comm_, model_->backend());
   resize_or_fail(inputs_, static_cast<size_t>(cfg_.batch) * cfg_.seq, "the input batch (B x T tokens)");
   resize_or_fail(targets_, inputs_.size(), "the target batch (B x T tokens)");
   rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
@@ -374,7 +388,7 @@ bool Trainer::save(int step) {
   auto all_ok = [&] {  // collective: did every rank succeed so far?
     const float mine = error.empty() ? 0.0f : 1.0f;
     std::vector<float> all(static_cast<size_t>(world_));
-    comm_->all_gather(&mine, all.data(), all.size(), DType::f32);
+    host_comm_->all_gather(&mine, all.data(), all.size());
     failed_ranks.clear();
     for (int r = 0; r < world_; ++r)
       if (all[static_cast<size_t>(r)] > 0) failed_ranks.push_back(r);
@@ -448,7 +462,7 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
 bool Trainer::stop_agreed() {
   const int mine = stop_signal_received();
   float got[2] = {mine == SIGINT ? 1.0f : 0.0f, mine != 0 && mine != SIGINT ? 1.0f : 0.0f};  // ranks hit by each
-  if (world_ > 1) comm_->all_reduce(got, 2, DType::f32, ReduceOp::sum);
+  if (world_ > 1) host_comm_->all_reduce(got, 2, ReduceOp::sum);
   if (got[0] + got[1] == 0) return false;
   stop_sig_ = mine != 0 ? mine : got[0] > 0 ? SIGINT : SIGTERM;
   stop_hit_ = static_cast<int>(got[0] + got[1]);
@@ -517,7 +531,7 @@ int Trainer::run() {
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
                                            std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision),
-                                           model_->backend().trace_clock());
+                                           model_->backend().trace_clock(), &model_->backend());
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
@@ -567,9 +581,10 @@ int Trainer::run() {
     rec.tokens_per_s = tokens_per_step / step_s;
     rec.tokens = static_cast<uint64_t>(tokens_per_step) * static_cast<uint64_t>(s + 1);
     const MemoryTracker& mt = MemoryTracker::global();
-    for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t));
-    rec.mem_peak_total = mt.peak_total();
-    const std::vector<float> peaks = gather_peak_mib(*comm_);
+    // Where the model lives: on GPU ranks the host's figures would miss the model states.
+    for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t), device_.kind);
+    rec.mem_peak_total = mt.peak_total(device_.kind);
+    const std::vector<float> peaks = gather_peak_mib(*host_comm_, device_.kind);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {

@@ -25,7 +25,7 @@ struct StepRecord {
   double comm_ms = 0.0;
   double overlap = 0.0;            // fraction of gradient sync hidden behind backward
   bool skipped = false;            // non-finite loss, step skipped (--skip-nonfinite)
-  size_t mem_peak_bytes[kNumMemTags] = {};  // this rank, per tag, since the run started
+  size_t mem_peak_bytes[kNumMemTags] = {};  // this rank, per tag, since the run started, on the model's device
   size_t mem_peak_total = 0;
 };
 

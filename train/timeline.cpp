@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/trace.h"
+#include "zero/host_collectives.h"
 
 namespace rz {
 
@@ -32,8 +33,8 @@ TraceSteps parse_trace_steps(const std::string& text, const char* key) {
 }
 
 TraceWindow::TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label,
-                         trace::DeviceClock* device_clock)
-    : path_(std::move(path)), steps_(steps), label_(std::move(label)), clock_(device_clock) {
+                         trace::DeviceClock* device_clock, Backend* backend)
+    : path_(std::move(path)), steps_(steps), label_(std::move(label)), backend_(backend), clock_(device_clock) {
   steps_.last = std::min(steps_.last, last_step);
 }
 
@@ -94,7 +95,7 @@ void TraceWindow::write(Communicator& comm) {
     trace::set_device_clock(clock_rank_, nullptr);  // resolves what is left first
     clock_rank_ = -1;
   }
-  const size_t bytes = write_merged_trace(comm, path_, label_, window_stats_);
+  const size_t bytes = write_merged_trace(comm, backend_ != nullptr ? *backend_ : cpu_backend(), path_, label_, window_stats_);
   if (comm.rank() == 0) {
     std::printf("trace: steps %d..%d of %d rank(s) written to %s (%.1f KB; open it in https://ui.perfetto.dev "
                 "or chrome://tracing)\n",
@@ -107,7 +108,8 @@ namespace {
 
 // AllGather moves bytes without arithmetic, so text travels as fp32 words (as the memory
 // report's counters do).
-std::vector<std::string> gather_strings(Communicator& comm, const std::string& mine) {
+std::vector<std::string> gather_strings(HostCollectives& hc, const std::string& mine) {
+  Communicator& comm = hc.comm();
   const int N = comm.size();
   const size_t kMaxBytes = size_t(1) << 30;
   RZ_CHECK(mine.size() < kMaxBytes, "trace: rank %d recorded %zu bytes of events; narrow --trace-steps",
@@ -116,7 +118,7 @@ std::vector<std::string> gather_strings(Communicator& comm, const std::string& m
   const uint32_t my_len = static_cast<uint32_t>(mine.size());
   float word;
   std::memcpy(&word, &my_len, 4);
-  comm.all_gather(&word, lens.data(), lens.size(), DType::f32);
+  hc.all_gather(&word, lens.data(), lens.size());
   std::vector<uint32_t> len(static_cast<size_t>(N));
   std::memcpy(len.data(), lens.data(), 4 * len.size());
   uint32_t longest = 0;
@@ -127,7 +129,7 @@ std::vector<std::string> gather_strings(Communicator& comm, const std::string& m
   const size_t words = (longest + 3) / 4;
   std::vector<float> shard(words, 0.0f), all(words * static_cast<size_t>(N));
   std::memcpy(shard.data(), mine.data(), mine.size());
-  if (words > 0) comm.all_gather(shard.data(), all.data(), all.size(), DType::f32);
+  if (words > 0) hc.all_gather(shard.data(), all.data(), all.size());
   std::vector<std::string> out(static_cast<size_t>(N));
   for (int r = 0; r < N; ++r)
     out[r].assign(reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * words), len[r]);
@@ -136,7 +138,7 @@ std::vector<std::string> gather_strings(Communicator& comm, const std::string& m
 
 }  // namespace
 
-size_t write_merged_trace(Communicator& comm, const std::string& path, const std::string& label,
+size_t write_merged_trace(Communicator& comm, Backend& backend, const std::string& path, const std::string& label,
                           const CommStats& window_stats) {
   using nlohmann::json;
   json counters = json::object();
@@ -145,7 +147,8 @@ size_t write_merged_trace(Communicator& comm, const std::string& path, const std
                                                                   {"bytes_sent", window_stats.by_kind[k].bytes_sent}};
   const std::string mine = "{\"comm_counters\":" + counters.dump() + ",\"events\":[" +
                            trace::rank_events_json(comm.rank()) + "]}";
-  const std::vector<std::string> all = gather_strings(comm, mine);
+  HostCollectives hc(comm, backend);
+  const std::vector<std::string> all = gather_strings(hc, mine);
   if (comm.rank() != 0) return 0;
 
   json events = json::array();

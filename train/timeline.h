@@ -19,6 +19,7 @@
 
 #include "base/trace.h"
 #include "comm/communicator.h"
+#include "kernels/backend.h"
 
 namespace rz {
 
@@ -33,9 +34,11 @@ class TraceWindow {
  public:
   // path empty: the window never opens and every call is a no-op. steps is clipped to
   // [1, last_step]. device_clock: the model's backend's (Backend::trace_clock; null on the
-  // CPU): while the window is open the rank's compute spans are device time.
+  // CPU): while the window is open the rank's compute spans are device time. backend: the
+  // model's, through which the events travel where the communicator takes device buffers
+  // only (nccl); null: the CPU's.
   TraceWindow(std::string path, TraceSteps steps, int last_step, std::string label,
-              trace::DeviceClock* device_clock = nullptr);
+              trace::DeviceClock* device_clock = nullptr, Backend* backend = nullptr);
   ~TraceWindow();
   TraceWindow(const TraceWindow&) = delete;
   TraceWindow& operator=(const TraceWindow&) = delete;
@@ -54,6 +57,7 @@ class TraceWindow {
   std::string path_;
   TraceSteps steps_;
   std::string label_;  // "zero2, fp32": goes into each rank's row name
+  Backend* backend_;
   trace::DeviceClock* clock_ = nullptr;
   int clock_rank_ = -1;  // the rank clock_ is registered for while the window is open
   bool open_ = false, written_ = false;
@@ -65,7 +69,7 @@ class TraceWindow {
 // Gathers every rank's recorded events and has rank 0 write the merged trace to path
 // (atomically). Collective. label names the run in the rows ("rank 1 · zero2").
 // Returns the number of bytes written on rank 0 (0 elsewhere).
-size_t write_merged_trace(Communicator& comm, const std::string& path, const std::string& label,
+size_t write_merged_trace(Communicator& comm, Backend& backend, const std::string& path, const std::string& label,
                           const CommStats& window_stats);
 
 }  // namespace rz

@@ -41,13 +41,14 @@ double norm_from_partials(const std::vector<double>& partials) {
   return std::sqrt(s);
 }
 
-std::vector<double> all_gather_partials(Communicator& comm, double mine) {
+std::vector<double> all_gather_partials(HostCollectives& hc, double mine) {
+  Communicator& comm = hc.comm();
   const int n = comm.size();
   std::vector<double> all(n, 0.0);
   all[comm.rank()] = mine;
   // Each double travels as two fp32 words; the in-place AllGather only copies them.
-  comm.all_gather(reinterpret_cast<const float*>(all.data()) + 2 * comm.rank(), all.data(),
-                  2 * static_cast<size_t>(n), DType::f32);
+  hc.all_gather(reinterpret_cast<const float*>(all.data()) + 2 * comm.rank(), reinterpret_cast<float*>(all.data()),
+                2 * static_cast<size_t>(n));
   RZ_CHECK(std::memcmp(&all[comm.rank()], &mine, sizeof mine) == 0,
            "grad-norm all_gather changed rank %d's own partial", comm.rank());
   return all;

@@ -19,6 +19,7 @@
 #include "comm/communicator.h"
 #include "kernels/backend.h"
 #include "zero/buckets.h"
+#include "zero/host_collectives.h"
 
 namespace rz {
 
@@ -36,8 +37,9 @@ double partial_from_owned(Backend& be, const BucketPlan& plan, const void* owned
 double norm_from_partials(const std::vector<double>& partials);
 
 // All-gathers this rank's partial (moved as two fp32 words: all_gather copies bytes and
-// does no arithmetic) and returns the N partials in rank order.
-std::vector<double> all_gather_partials(Communicator& comm, double mine);
+// does no arithmetic) and returns the N partials in rank order. A host value: through a
+// device buffer where the communicator wants one (nccl).
+std::vector<double> all_gather_partials(HostCollectives& hc, double mine);
 
 // min(1, clip / (norm + 1e-6)); clip <= 0 disables clipping (scale 1).
 float clip_scale(double norm, float clip);

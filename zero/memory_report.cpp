@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "zero/host_collectives.h"
+
 #include "base/check.h"
 
 namespace rz {
@@ -49,8 +51,10 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
   static_assert(sizeof(RankMemoryCounters) == (2 * kNumMemTags + 4) * sizeof(uint64_t));
   std::vector<RankMemoryCounters> all(rep.nranks);
   all[comm.rank()] = local_rank_memory(model.backend());
-  comm.all_gather(reinterpret_cast<const float*>(&all[comm.rank()]), all.data(), kWords * rep.nranks,
-                  DType::f32);
+  // Host values: through a device buffer where the communicator wants one (nccl).
+  HostCollectives hc(comm, model.backend());
+  hc.all_gather(reinterpret_cast<const float*>(&all[comm.rank()]), reinterpret_cast<float*>(all.data()),
+                kWords * rep.nranks);
   rep.ranks = std::move(all);
   return rep;
 }
@@ -97,7 +101,7 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   std::fprintf(out, "  %-12s", "driver used");
   for (const RankMemoryCounters& m : r.ranks)
     std::fprintf(out, "  %24s", (mb(double(m.driver_used)) + " of " + mb(double(m.driver_total))).c_str());
-  std::fprintf(out, "  %14s\n", "(cudaMemGetInfo)");
+  std::fprintf(out, "  %14s\n", r.device.kind == DeviceKind::sim ? "(sim arena)" : "(cudaMemGetInfo)");
   std::fprintf(out, "  %-12s", "host peak");
   for (const RankMemoryCounters& m : r.ranks) std::fprintf(out, "  %24s", mb(double(m.host_peak_total)).c_str());
   std::fprintf(out, "\n");

@@ -39,7 +39,7 @@ void ShardedStrategy::allocate_moments() {
 
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {
   double mine = partial_from_owned(be_, plan_, owned_grads, gdt);
-  double norm = norm_from_partials(all_gather_partials(comm_, mine));
+  double norm = norm_from_partials(all_gather_partials(host_comm_, mine));
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
 

@@ -20,6 +20,7 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
     : model_(model),
       be_(model.backend()),
       comm_(comm),
+      host_comm_(comm, model.backend()),
       opts_(opts),
       layout_(model.layout()),
       precision_(model.precision()),

@@ -19,6 +19,7 @@
 #include "base/memory.h"
 #include "base/trace.h"
 #include "zero/buckets.h"
+#include "zero/host_collectives.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -76,6 +77,7 @@ class StrategyCore : public Strategy, public GradSink {
   GPT2& model_;
   Backend& be_;        // the model's: gradients, shards and optimizer state live on its device
   Communicator& comm_;
+  HostCollectives host_comm_;  // comm_ for host values (the clip norm's partials)
   StrategyOptions opts_;
   const ParamLayout& layout_;
   Precision precision_;

@@ -2,12 +2,43 @@
 //
 // For fp32 storage the exponentials go through Eigen's vectorised exp: at GPT-2's vocab
 // these two kernels evaluate B*T*V exponentials each, the largest non-GEMM cost of a step.
+//
+// Eigen peels a row's unaligned head with scalar std::exp, which rounds differently from
+// its packet exp, so the bits depended on where the logits sit in memory (the simulated
+// device found it: its buffers are 256-byte aligned, a std::vector's 16). A row that does
+// not start on kRowAlign bytes is therefore worked on in an aligned copy: the split into
+// packet and scalar elements then depends only on V, never on the address.
 #include "kernels/cpu/crossentropy.h"
 
 #include <Eigen/Core>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 
 namespace rz {
+namespace {
+
+constexpr size_t kRowAlign = 64;  // the widest packet (AVX-512)
+
+bool row_aligned(const float* x) { return reinterpret_cast<uintptr_t>(x) % kRowAlign == 0; }
+
+// This thread's aligned copy of an fp32 row (grow-only, V floats).
+float* aligned_row(const float* x, int V) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<float, Free> buf;
+  thread_local size_t cap = 0;
+  if (size_t(V) > cap) {
+    cap = (size_t(V) * sizeof(float) + kRowAlign - 1) / kRowAlign * kRowAlign / sizeof(float);
+    buf.reset(static_cast<float*>(std::aligned_alloc(kRowAlign, cap * sizeof(float))));
+  }
+  std::memcpy(buf.get(), x, size_t(V) * sizeof(float));
+  return buf.get();
+}
+
+}  // namespace
 
 template <typename E>
 void crossentropy_forward(acc_t<E>* losses, acc_t<E>* lse, const E* logits, const int* targets,
@@ -18,7 +49,7 @@ void crossentropy_forward(acc_t<E>* losses, acc_t<E>* lse, const E* logits, cons
     const E* x = logits + size_t(n) * Vp;
     A maxv = -INFINITY, sum = 0;
     if constexpr (std::is_same_v<E, float>) {
-      Eigen::Map<const Eigen::ArrayXf> row(x, V);
+      Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64> row(row_aligned(x) ? x : aligned_row(x, V), V);
       maxv = row.maxCoeff();
       sum = (row - maxv).exp().sum();
     } else {
@@ -41,8 +72,10 @@ void crossentropy_softmax_backward(E* logits_to_dlogits, const acc_t<E>* lse, co
     const A l = lse[n];
     const int y = targets[n];
     if constexpr (std::is_same_v<E, float>) {
-      Eigen::Map<Eigen::ArrayXf> row(x, V);
+      float* r = row_aligned(x) ? x : aligned_row(x, V);
+      Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> row(r, V);
       row = (row - l).exp() * dloss;
+      if (r != x) std::memcpy(x, r, size_t(V) * sizeof(float));
       x[y] -= dloss;
     } else {
       for (int v = 0; v < V; ++v) {
