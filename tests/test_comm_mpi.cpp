@@ -73,11 +73,38 @@ TEST_CASE("every collective over MPI, blocking and async, on 2 and 3 ranks") {
   }
 }
 
-TEST_CASE("a rank that waits past the timeout fails naming itself and the collective") {
-  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " timeout", 60);
+TEST_CASE("a rank that waits past the timeout fails naming itself and the collective, and writes its record") {
+  const fs::path dir = work_dir() / "flight_timeout";
+  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " timeout " + quote(dir.string()), 60);
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.output.find("caught: rank 0: all_reduce #2 (mpi): timed out after 3 s") != std::string::npos);
+  CHECK(r.output.find("(flight record: " + (dir / "rank0.json").string() + ")") != std::string::npos);
+  std::ifstream in(dir / "rank0.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["backend"] == "mpi");
+  CHECK(j["reason"] == "timeout");
+  CHECK(j["entries"].size() == 2);
+  CHECK(j["entries"][1]["state"] == "failed");
+}
+
+TEST_CASE("--comm-debug over MPI: another count is caught before it runs, both sides named, and doctor reads it") {
+  const fs::path dir = work_dir() / "flight_mismatch";
+  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " mismatch " + quote(dir.string()), 60);
+  INFO(r.output);
+  CHECK(r.output.find("caught: rank 0: all_reduce #2 (mpi): collective mismatch (RINGZERO_COMM_DEBUG): this rank runs "
+                      "#2 all_reduce(fp32, count 100, sum) but rank 1 runs #2 all_reduce(fp32, count 50, sum)") !=
+        std::string::npos);
+  CHECK(r.output.find("caught: rank 1: all_reduce #2 (mpi): collective mismatch (RINGZERO_COMM_DEBUG): this rank runs "
+                      "#2 all_reduce(fp32, count 50, sum) but rank 0 runs #2 all_reduce(fp32, count 100, sum)") !=
+        std::string::npos);
+  Result d = shell(binary() + " doctor " + quote(dir.string()), 30);
+  INFO(d.output);
+  CHECK(d.status == 0);
+  CHECK(d.output.find("2 flight record(s)") != std::string::npos);
+  CHECK(d.output.find("caught a collective mismatch at #2 (--comm-debug)") != std::string::npos);
+  CHECK(d.output.find("all_reduce(fp32, count 100, sum)") != std::string::npos);
+  CHECK(d.output.find("all_reduce(fp32, count 50, sum)") != std::string::npos);
 }
 
 TEST_CASE("comm-bench --comm mpi prints the ring's columns and checks every size") {
