@@ -17,7 +17,7 @@ inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
 // NCCL (GPU ranks, device buffers; comm/nccl_communicator.h).
 inline constexpr const char* kCommBackends[] = {"ring", "mpi", "nccl"};
 
-// Entries the flight recorder keeps per rank (about 100 bytes each).
+// Entries the flight recorder keeps per rank (64 bytes each: 128 KiB).
 inline constexpr size_t kFlightEntriesDefault = 2048;
 
 struct CommOptions {

@@ -2,11 +2,14 @@
 // that serves SIGUSR1 and the watchdog (see flight_recorder.h).
 #include "comm/flight_recorder.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +35,7 @@ thread_local int64_t t_step = -1;
 volatile sig_atomic_t g_dump_requested = 0;
 void on_sigusr1(int) { g_dump_requested = 1; }
 
-// The process-wide dump thread: wakes every 100 ms, dumps every live recorder on SIGUSR1,
+// The process-wide dump thread: wakes every 250 ms, dumps every live recorder on SIGUSR1,
 // and each one whose pending collective made no progress for its watchdog time.
 struct Registry {
   struct Watch {
@@ -48,15 +51,33 @@ struct Registry {
   bool handler_installed = false;
 };
 
+Registry& registry();
+
+// A child of fork() has none of the parent's threads: it forgets the dump thread and the
+// parent's recorders (taken under the lock, so the registry is consistent at the fork).
+void before_fork() { registry().mu.lock(); }
+void after_fork_parent() { registry().mu.unlock(); }
+void after_fork_child() {
+  Registry& reg = registry();
+  reg.live.clear();
+  new (&reg.thread) std::thread();  // the old handle names a thread this process does not have
+  reg.stop = false;
+  reg.mu.unlock();
+}
+
 Registry& registry() {
-  static Registry* r = new Registry;  // never destroyed: recorders may outlive static destruction order
+  static Registry* r = [] {
+    auto* reg = new Registry;  // never destroyed: recorders may outlive static destruction order
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    return reg;
+  }();
   return *r;
 }
 
 void serve(Registry& reg) {
   std::unique_lock<std::mutex> l(reg.mu);
   while (!reg.stop) {
-    reg.cv.wait_for(l, std::chrono::milliseconds(100));
+    reg.cv.wait_for(l, std::chrono::milliseconds(250));
     if (reg.stop) break;
     const bool signalled = g_dump_requested != 0;
     if (signalled) g_dump_requested = 0;
@@ -201,14 +222,14 @@ uint64_t FlightRecorder::issue(CollectiveKind kind, DType dtype, uint64_t count,
   e->seq.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   e->count.store(count, std::memory_order_relaxed);
-  e->bytes.store(0, std::memory_order_relaxed);
   e->t_issue.store(t_issue_ns, std::memory_order_relaxed);
   e->t_start.store(0, std::memory_order_relaxed);
   e->t_done.store(0, std::memory_order_relaxed);
-  e->step.store(t_step, std::memory_order_relaxed);
-  e->desc.store(static_cast<uint32_t>(kind) | static_cast<uint32_t>(dtype) << 4 | static_cast<uint32_t>(op + 1) << 8,
+  e->step.store(t_step >= 0 && t_step <= INT32_MAX ? static_cast<int32_t>(t_step) : -1, std::memory_order_relaxed);
+  const uint32_t root_bits = root >= 0 && root < 0xfffe ? static_cast<uint32_t>(root + 1) : 0u;
+  e->desc.store(static_cast<uint32_t>(kind) | static_cast<uint32_t>(dtype) << 4 | static_cast<uint32_t>(op + 1) << 8 |
+                    root_bits << 16,
                 std::memory_order_relaxed);
-  e->root.store(root, std::memory_order_relaxed);
   e->bucket.store(trace::bucket(), std::memory_order_relaxed);
   e->progress.store(0, std::memory_order_relaxed);
   e->purpose.store(t_purpose, std::memory_order_relaxed);
@@ -223,7 +244,7 @@ FlightRecorder::Entry* FlightRecorder::live(uint64_t seq) {
 
 void FlightRecorder::set_state(Entry* e, FlightState s) {
   const uint32_t d = e->desc.load(std::memory_order_relaxed);
-  e->desc.store((d & 0xfffu) | static_cast<uint32_t>(s) << 12, std::memory_order_release);
+  e->desc.store((d & 0xffff0fffu) | static_cast<uint32_t>(s) << 12, std::memory_order_release);
 }
 
 void FlightRecorder::start(uint64_t seq, int64_t t_ns) {
@@ -239,11 +260,10 @@ std::atomic<int32_t>* FlightRecorder::progress_word(uint64_t seq) {
   return e != nullptr ? &e->progress : nullptr;
 }
 
-void FlightRecorder::done(uint64_t seq, uint64_t bytes_sent, int64_t t_ns) {
+void FlightRecorder::done(uint64_t seq, int64_t t_ns) {
   done_seq_.store(seq, std::memory_order_relaxed);
   Entry* e = live(seq);
   if (e == nullptr) return;
-  e->bytes.store(bytes_sent, std::memory_order_relaxed);
   e->t_done.store(t_ns, std::memory_order_relaxed);
   set_state(e, FlightState::done);
 }
@@ -254,7 +274,7 @@ uint64_t FlightRecorder::activity() const {
   if (mask_ != 0) {
     const Entry& e = entries_[(d + 1) & mask_];
     if (e.seq.load(std::memory_order_acquire) == d + 1)
-      a ^= static_cast<uint64_t>(e.progress.load(std::memory_order_relaxed)) << 2 ^ (e.desc.load() >> 12);
+      a ^= static_cast<uint64_t>(e.progress.load(std::memory_order_relaxed)) << 2 ^ ((e.desc.load() >> 12) & 0xf);
   }
   return a;
 }
@@ -295,7 +315,7 @@ std::string FlightRecorder::where() const {
     if (const int64_t st = e->step.load(); st >= 0) what += strfmt("%sstep %lld", what.empty() ? "" : ", ", (long long)st);
     if (!what.empty()) s += " (" + what + ")";
     const int32_t pr = e->progress.load();
-    if (pr != 0 && (desc >> 12) != static_cast<uint32_t>(FlightState::done))
+    if (pr != 0 && ((desc >> 12) & 0xf) != static_cast<uint32_t>(FlightState::done))
       s += strfmt(", %s round %d of %d", collective_name(static_cast<CollectiveKind>((pr >> 16) - 1)), pr & 0xffff,
                   nranks_ - 1);
     return s;
@@ -356,9 +376,9 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
     const Entry& e = entries_[seq & mask_];
     if (e.seq.load(std::memory_order_acquire) != seq) continue;
     const uint32_t desc = e.desc.load(std::memory_order_acquire);
-    const uint64_t count = e.count.load(), bytes = e.bytes.load();
+    const uint64_t count = e.count.load();
     const int64_t ti = e.t_issue.load(), ts = e.t_start.load(), td = e.t_done.load(), step = e.step.load();
-    const int32_t root = e.root.load(), bucket = e.bucket.load(), progress = e.progress.load();
+    const int32_t root = static_cast<int32_t>(desc >> 16) - 1, bucket = e.bucket.load(), progress = e.progress.load();
     const char* purpose = e.purpose.load();
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e.seq.load(std::memory_order_relaxed) != seq) continue;  // rewritten while read
@@ -366,7 +386,8 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
            {"op", collective_name(static_cast<CollectiveKind>(desc & 0xf))},
            {"dtype", dtype_of(desc)},
            {"count", count},
-           {"state", flight_state_name(static_cast<FlightState>(desc >> 12))}};
+           {"bytes", count * dtype_size(static_cast<DType>((desc >> 4) & 0xf))},
+           {"state", flight_state_name(static_cast<FlightState>((desc >> 12) & 0xf))}};
     const int op = static_cast<int>((desc >> 8) & 0xf) - 1;
     if (op >= 0) o["redop"] = reduce_op_name(static_cast<ReduceOp>(op));
     if (root >= 0) o["root"] = root;
@@ -380,10 +401,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
     }
     if (ti != 0) o["t_issue"] = wall(ti);
     if (ts != 0) o["t_start"] = wall(ts);
-    if (td != 0) {
-      o["t_done"] = wall(td);
-      o["bytes_sent"] = bytes;
-    }
+    if (td != 0) o["t_done"] = wall(td);
     entries.push_back(std::move(o));
   }
   j["entries"] = std::move(entries);

@@ -10,7 +10,7 @@
 // An entry: the sequence number (issue order, the "#seq" of comm errors), the collective,
 // dtype, element count, reduce op or root, what it is for (a CommPurpose: gradients,
 // loss, grad norm, stop vote, parameter all-gather, ...), the gradient bucket and the
-// training step of the issuing thread, bytes sent, and its progress: issued, started,
+// training step of the issuing thread, and its progress: issued, started,
 // ring phase and round reached (the ring writes it at the start of every round), done or
 // failed, with steady-clock timestamps.
 //
@@ -18,8 +18,8 @@
 // calling thread, async or blocking), start and done/failure (the thread that runs the
 // collective: the caller, the comm thread, NCCL's watchdog) -- and the ring's round loop
 // updates the progress word. The hot path is a few relaxed atomic stores into a
-// preallocated slot (no allocation, no lock, no clock read beyond the ones the
-// communicator already takes for its counters); bench/results/flight-recorder-*.md
+// preallocated slot of one cache line (no allocation, no lock, no clock read beyond the
+// ones the communicator already takes for its counters); bench/results/flight-recorder-*.md
 // measures what it costs. Readers (a dump from another thread) use the slot's seq as a
 // seqlock: an entry overwritten while being read is skipped.
 //
@@ -104,7 +104,7 @@ class FlightRecorder {
   void start(uint64_t seq, int64_t t_ns);
   // Where the ring writes its round (flight_progress); null when not recording.
   std::atomic<int32_t>* progress_word(uint64_t seq);
-  void done(uint64_t seq, uint64_t bytes_sent, int64_t t_ns);
+  void done(uint64_t seq, int64_t t_ns);
   // The collective failed with `error` (peer: the rank it involves, -1 unknown): marks it,
   // writes the record, prints the one-line summary, and returns the file written ("" when
   // there is no directory or it could not be written; the second line says why).
@@ -129,18 +129,19 @@ class FlightRecorder {
   static int64_t now_ns();
 
  private:
-  struct Entry {
+  // One cache line: a collective touches one line of the buffer.
+  struct alignas(64) Entry {
     std::atomic<uint64_t> seq{0};  // 0: empty; stored last at issue (the seqlock word)
     std::atomic<uint64_t> count{0};
-    std::atomic<uint64_t> bytes{0};
     std::atomic<int64_t> t_issue{0}, t_start{0}, t_done{0};
-    std::atomic<int64_t> step{-1};
-    std::atomic<uint32_t> desc{0};   // kind | dtype << 4 | (op + 1) << 8 | state << 12
-    std::atomic<int32_t> root{-1};
+    std::atomic<const char*> purpose{nullptr};
+    std::atomic<int32_t> step{-1};
+    // kind | dtype << 4 | (op + 1) << 8 | state << 12 | (root + 1) << 16 (roots past 65533 not kept)
+    std::atomic<uint32_t> desc{0};
     std::atomic<int32_t> bucket{-1};
     std::atomic<int32_t> progress{0};
-    std::atomic<const char*> purpose{nullptr};
   };
+  static_assert(sizeof(Entry) == 64, "a flight entry is one cache line");
   Entry* slot(uint64_t seq) { return mask_ != 0 ? &entries_[seq & mask_] : nullptr; }
   Entry* live(uint64_t seq);  // the entry of seq, if still in the buffer
   void set_state(Entry* e, FlightState s);

@@ -407,7 +407,7 @@ class NcclCommunicator final : public Communicator {
         c.bytes_sent += w->bytes;
         c.bytes_recv += w->bytes;
         c.seconds += std::chrono::duration<double>(now - w->issued).count();
-        flight_.done(w->seq, w->bytes, FlightRecorder::now_ns());
+        flight_.done(w->seq, FlightRecorder::now_ns());
         (void)cudaEventDestroy(w->event);
         l.unlock();
         std::exception_ptr err;

@@ -102,7 +102,7 @@ void RingCommunicator::execute(CollectiveKind kind, uint64_t seq, Fingerprint fp
     throw Error(broken_);
   }
   const auto t1 = Clock::now();
-  flight_.done(seq, ctx.bytes_sent, std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count());
+  flight_.done(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count());
   CommCounters& c = stats_.by_kind[static_cast<int>(kind)];
   c.calls += 1;
   c.bytes_sent += ctx.bytes_sent;

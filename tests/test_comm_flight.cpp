@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -253,6 +255,27 @@ TEST_CASE("--comm-debug on the ring: the mismatch is in both records and the doc
   CHECK(d.lines[0].find("disagree on the program") != std::string::npos);
   comms.clear();
   fs::remove_all(dir);
+}
+
+TEST_CASE("a process forked while a recorder lives drops the parent's and runs its own") {
+  auto comms = make_thread_communicators(2, CommOptions{});  // recorders and the dump thread live
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    alarm(20);      // a hang ends the child with SIGALRM, failing the check below
+    comms.clear();  // the parent's recorders, destroyed here: no thread of this process to join
+    auto mine = make_thread_communicators(2, CommOptions{});
+    run_ranks(2, [&](int r) {
+      float x = 1.0f;
+      mine[r]->all_reduce(&x, 1, DType::f32, ReduceOp::sum);
+    });
+    mine.clear();  // the last recorder: its own dump thread is joined
+    _exit(0);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
 }
 
 // ---- the doctor on records built by hand ---------------------------------------------------
