@@ -122,7 +122,7 @@ TEST_CASE("comm-bench --comm mpi prints the ring's columns and checks every size
   CHECK(bad.output.find("--comm mpi runs ranks as processes under mpirun") != std::string::npos);
 }
 
-TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for ddp, zero1 and zero2") {
+TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for ddp, zero1 and zero2, fp32 and bf16") {
   // A small byte-level corpus, prepared by ringzero itself.
   const fs::path text = work_dir() / "text";
   fs::create_directories(text);
@@ -152,9 +152,13 @@ TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for 
       if (!line.empty()) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
     return out;
   };
-  for (const char* strategy : {"ddp", "zero1", "zero2"}) {
-    const fs::path ring_m = work_dir() / (std::string("ring_") + strategy + ".jsonl");
-    const fs::path mpi_m = work_dir() / (std::string("mpi_") + strategy + ".jsonl");
+  // The last two: bf16 runs whose buckets are reduced in fp32 (--grad-reduce-dtype fp32,
+  // zero/wide_reduce.h), so the widened collective runs through MPI too.
+  const std::string wide = " --precision bf16 --grad-reduce-dtype fp32 ";
+  for (const std::string& strategy : std::vector<std::string>{"ddp", "zero1", "zero2", "ddp" + wide, "zero2" + wide}) {
+    const std::string tag = strategy.substr(0, strategy.find(' ')) + (strategy.size() > 5 ? "_wide" : "");
+    const fs::path ring_m = work_dir() / ("ring_" + tag + ".jsonl");
+    const fs::path mpi_m = work_dir() / ("mpi_" + tag + ".jsonl");
     Result ring = shell(binary() + common + "--strategy " + strategy + " --nproc-per-node 2 --metrics " +
                         quote(ring_m.string()));
     INFO(strategy << " ring:\n" << ring.output);
