@@ -32,8 +32,11 @@ namespace {
 thread_local const char* t_purpose = nullptr;
 thread_local int64_t t_step = -1;
 
-volatile sig_atomic_t g_dump_requested = 0;
-void on_sigusr1(int) { g_dump_requested = 1; }
+// Set by the SIGUSR1 handler, read by the dump thread: a lock-free atomic, which a signal
+// handler may store to and another thread may read (sig_atomic_t is only for one thread).
+std::atomic<int> g_dump_requested{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the SIGUSR1 flag must be lock-free");
+void on_sigusr1(int) { g_dump_requested.store(1, std::memory_order_relaxed); }
 
 // The process-wide dump thread: wakes every 250 ms, dumps every live recorder on SIGUSR1,
 // and each one whose pending collective made no progress for its watchdog time.
@@ -79,8 +82,7 @@ void serve(Registry& reg) {
   while (!reg.stop) {
     reg.cv.wait_for(l, std::chrono::milliseconds(250));
     if (reg.stop) break;
-    const bool signalled = g_dump_requested != 0;
-    if (signalled) g_dump_requested = 0;
+    const bool signalled = g_dump_requested.exchange(0, std::memory_order_relaxed) != 0;
     const auto now = std::chrono::steady_clock::now();
     for (auto& [rec, w] : reg.live) {
       if (signalled) {
@@ -218,21 +220,21 @@ uint64_t FlightRecorder::issue(CollectiveKind kind, DType dtype, uint64_t count,
   next_seq_.store(seq, std::memory_order_relaxed);
   Entry* e = slot(seq);
   if (e == nullptr) return seq;
-  // Seqlock: readers see seq change before and after a rewrite of the slot.
+  // Seqlock: readers see seq change before and after a rewrite of the slot. The field
+  // stores are release stores (plain stores on x86), so none moves before seq's 0.
   e->seq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e->count.store(count, std::memory_order_relaxed);
-  e->t_issue.store(t_issue_ns, std::memory_order_relaxed);
-  e->t_start.store(0, std::memory_order_relaxed);
-  e->t_done.store(0, std::memory_order_relaxed);
-  e->step.store(t_step >= 0 && t_step <= INT32_MAX ? static_cast<int32_t>(t_step) : -1, std::memory_order_relaxed);
+  e->count.store(count, std::memory_order_release);
+  e->t_issue.store(t_issue_ns, std::memory_order_release);
+  e->t_start.store(0, std::memory_order_release);
+  e->t_done.store(0, std::memory_order_release);
+  e->step.store(t_step >= 0 && t_step <= INT32_MAX ? static_cast<int32_t>(t_step) : -1, std::memory_order_release);
   const uint32_t root_bits = root >= 0 && root < 0xfffe ? static_cast<uint32_t>(root + 1) : 0u;
   e->desc.store(static_cast<uint32_t>(kind) | static_cast<uint32_t>(dtype) << 4 | static_cast<uint32_t>(op + 1) << 8 |
                     root_bits << 16,
-                std::memory_order_relaxed);
-  e->bucket.store(trace::bucket(), std::memory_order_relaxed);
-  e->progress.store(0, std::memory_order_relaxed);
-  e->purpose.store(t_purpose, std::memory_order_relaxed);
+                std::memory_order_release);
+  e->bucket.store(trace::bucket(), std::memory_order_release);
+  e->progress.store(0, std::memory_order_release);
+  e->purpose.store(t_purpose, std::memory_order_release);
   e->seq.store(seq, std::memory_order_release);
   return seq;
 }
@@ -379,9 +381,8 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
     const uint64_t count = e.count.load();
     const int64_t ti = e.t_issue.load(), ts = e.t_start.load(), td = e.t_done.load(), step = e.step.load();
     const int32_t root = static_cast<int32_t>(desc >> 16) - 1, bucket = e.bucket.load(), progress = e.progress.load();
-    const char* purpose = e.purpose.load();
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (e.seq.load(std::memory_order_relaxed) != seq) continue;  // rewritten while read
+    const char* purpose = e.purpose.load();  // these loads are seq_cst: none moves past the check
+    if (e.seq.load() != seq) continue;        // rewritten while read
     json o{{"seq", seq},
            {"op", collective_name(static_cast<CollectiveKind>(desc & 0xf))},
            {"dtype", dtype_of(desc)},
