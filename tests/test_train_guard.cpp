@@ -140,7 +140,10 @@ TEST_CASE("spike guard: a run that keeps skipping ends at max_consecutive_skips 
   CHECK(r.output.find("max_consecutive_skips 3): the model is not recovering, stopping") != std::string::npos);
 }
 
-TEST_CASE("--grad-reduce-dtype: values, the memory report's line, and `ringzero memory`'s fp32 reduce buffers") {
+TEST_CASE("--grad-reduce-dtype: values, the memory report's line, and `ringzero memory`'s fp32 reduce buffers; --flight-entries bounded") {
+  auto fe = run_ringzero(tiny("--steps 2 --flight-entries 99999999"));
+  CHECK(fe.status != 0);
+  CHECK(fe.output.find("flight_entries: expected at most 16777216 collectives, found 99999999") != std::string::npos);
   auto bad = run_ringzero(tiny("--steps 2 --grad-reduce-dtype fp16"));
   CHECK(bad.status != 0);
   CHECK(bad.output.find("--grad-reduce-dtype: expected auto, bf16 or fp32, found 'fp16'") != std::string::npos);

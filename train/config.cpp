@@ -430,6 +430,8 @@ void validate_config(const TrainConfig& c) {
            "master_port: a multi-node job needs an explicit port (every node must use the same one)");
   RZ_CHECK(!c.resuming() || !c.save_dir.empty(), "resume: needs save_dir (--save-dir DIR) to resume from");
   RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
+  RZ_CHECK(c.flight_entries <= (1 << 24), "flight_entries: expected at most %d collectives, found %d", 1 << 24,
+           c.flight_entries);
   RZ_CHECK(c.spike_zscore == 0 || c.spike_window >= 2,
            "spike_window: the spike guard needs a window of at least 2 steps, found %d", c.spike_window);
   RZ_CHECK(c.grad_reduce_dtype != "bf16" || c.precision == Precision::bf16,
