@@ -27,6 +27,8 @@
 
 namespace rz {
 
+class FlightRecorder;
+
 enum class DType : int { f32, bf16 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "fp32", "bf16"
@@ -168,6 +170,10 @@ class Communicator {
   // collective is in flight (after waiting on its handle).
   virtual const CommStats& stats() const = 0;
   virtual void reset_stats() = 0;
+
+  // The record of this rank's last collectives (comm/flight_recorder.h); every backend
+  // keeps one. Null only for a communicator that does not.
+  virtual FlightRecorder* flight_recorder() { return nullptr; }
 };
 
 }  // namespace rz

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "comm/device_ring.h"
+#include "comm/fault_injection.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_calls.h"
 #include "comm/nccl_communicator.h"
@@ -131,8 +132,17 @@ static std::unique_ptr<RingCommunicator> connect_host_ring(const RankEnv& env, c
                                                        : connect_tcp_channel(env, opts, store);
   return std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
 }
+namespace {
+std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options);
+}  // namespace
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
+  return with_test_faults(connect(env, options));  // a test hook; nothing unless RINGZERO_TEST_FAULT is set
+}
+
+namespace {
+
+std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
   RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
            "comm: expected ring, mpi or nccl, found '%s'", opts.backend.c_str());
@@ -234,5 +244,7 @@ std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const Com
   if (server) comm->keep_alive(server);
   return comm;
 }
+
+}  // namespace
 
 }  // namespace rz

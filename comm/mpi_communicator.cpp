@@ -14,6 +14,8 @@
 #include "base/bf16.h"
 #include "base/check.h"
 #include "comm/comm_thread.h"
+#include "comm/fingerprint.h"
+#include "comm/flight_recorder.h"
 #include "comm/ring_communicator.h"
 
 namespace rz {
@@ -105,6 +107,7 @@ struct Op {
   std::function<int(MPI_Comm, MPI_Request*)> start;
   std::function<void()> finish;
   uint64_t bytes = 0;
+  Fingerprint fp = {};  // what --comm-debug compares; fp.seq is the flight recorder's number
 };
 
 class MpiCommunicator final : public Communicator {
@@ -124,6 +127,7 @@ class MpiCommunicator final : public Communicator {
                "comm mpi: MPI says rank %d of %d but the environment says rank %d of %d (RANK / WORLD_SIZE set "
                "by hand under mpirun?)",
                rank_, nranks_, env.rank, env.world_size);
+      flight_.configure(rank_, nranks_, "mpi", opts_);
     } catch (...) {
       if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
       release_mpi(true);
@@ -155,7 +159,8 @@ class MpiCommunicator final : public Communicator {
     run_blocking(make_broadcast(buf, count, dtype, root));
   }
   void barrier() override {
-    Op o{CollectiveKind::barrier, [](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); }, {}, 0};
+    Op o{CollectiveKind::barrier, [](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); }, {}, 0,
+         make_fingerprint(CollectiveKind::barrier, 0, DType::f32, -1, -1)};
     run_blocking(std::move(o));
   }
 
@@ -175,6 +180,7 @@ class MpiCommunicator final : public Communicator {
 
   const CommStats& stats() const override { return stats_; }
   void reset_stats() override { stats_.reset(); }
+  FlightRecorder* flight_recorder() override { return &flight_; }
 
  private:
   MPI_Op sum_op(DType dt) const { return dt == DType::bf16 ? g_bf16_sum : MPI_SUM; }
@@ -201,7 +207,8 @@ class MpiCommunicator final : public Communicator {
     const int N = nranks_;
     Op o{CollectiveKind::all_reduce,
          [=](MPI_Comm c, MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dt), mop, c, r); },
-         [=] { if (op == ReduceOp::avg) divide_in_place(buf, count, dt, N); }, 2 * phase_bytes(count, dt)};
+         [=] { if (op == ReduceOp::avg) divide_in_place(buf, count, dt, N); }, 2 * phase_bytes(count, dt),
+         make_fingerprint(CollectiveKind::all_reduce, count, dt, static_cast<int>(op), -1)};
     return o;
   }
 
@@ -220,7 +227,8 @@ class MpiCommunicator final : public Communicator {
            void* dst = mine > 0 ? out : scratch.get();
            return MPI_Ireduce_scatter(in, dst, counts->data(), mpi_type(dt), mop, c, r);
          },
-         [=] { if (op == ReduceOp::avg) divide_in_place(out, mine, dt, N); }, phase_bytes(count, dt)};
+         [=] { if (op == ReduceOp::avg) divide_in_place(out, mine, dt, N); }, phase_bytes(count, dt),
+         make_fingerprint(CollectiveKind::reduce_scatter, count, dt, static_cast<int>(op), -1)};
     return o;
   }
 
@@ -239,7 +247,7 @@ class MpiCommunicator final : public Communicator {
            return MPI_Iallgatherv(src, static_cast<int>(mine.count), mpi_type(dt), out, counts->data(),
                                   displs->data(), mpi_type(dt), c, r);
          },
-         {}, phase_bytes(count, dt)};
+         {}, phase_bytes(count, dt), make_fingerprint(CollectiveKind::all_gather, count, dt, -1, -1)};
     return o;
   }
 
@@ -250,55 +258,92 @@ class MpiCommunicator final : public Communicator {
     const bool receives = rank_ != root;
     Op o{CollectiveKind::broadcast,
          [=](MPI_Comm c, MPI_Request* r) { return MPI_Ibcast(buf, n, mpi_type(dt), root, c, r); }, {},
-         static_cast<uint64_t>(count) * dtype_size(dt) * (receives ? 1 : 0)};
+         static_cast<uint64_t>(count) * dtype_size(dt) * (receives ? 1 : 0),
+         make_fingerprint(CollectiveKind::broadcast, count, dt, -1, root)};
     return o;
   }
 
-  // Posts the collective and progresses it with MPI_Test until it completes, yielding
-  // between tests so that ranks that share cores get to run; bounded by the timeout.
-  void execute(const Op& o) {
+  // Progresses a posted request with MPI_Test until it completes, yielding between tests
+  // so that ranks that share cores get to run; bounded by the timeout from t0.
+  void wait_request(MPI_Request& req, std::chrono::steady_clock::time_point t0) {
+    const auto deadline = t0 + std::chrono::duration<double>(opts_.timeout_s);
+    for (unsigned i = 0;; ++i) {
+      int flag = 0;
+      mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+      if (flag) return;
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline)
+        throw Error(strfmt("timed out after %.0f s waiting for the other ranks (raise --comm-timeout or "
+                           "RINGZERO_COMM_TIMEOUT if a rank is just slow)",
+                           opts_.timeout_s));
+      if (i >= 64) sched_yield();
+    }
+  }
+
+  // --comm-debug: every rank's fingerprint to everyone (comm/fingerprint.h); the first rank
+  // that disagrees with this one fails the collective before it is posted.
+  void check_fingerprint(const Fingerprint& fp, std::chrono::steady_clock::time_point t0) {
+    std::vector<Fingerprint> all(static_cast<size_t>(nranks_));
+    MPI_Request req = MPI_REQUEST_NULL;
+    mpi_check(MPI_Iallgather(&fp, sizeof fp, MPI_BYTE, all.data(), sizeof fp, MPI_BYTE, comm_, &req),
+              "MPI_Iallgather(fingerprints)");
+    wait_request(req, t0);
+    const int q = first_disagreeing_rank(all.data(), nranks_, rank_);
+    if (q >= 0) throw FingerprintError(q, fp, all[static_cast<size_t>(q)]);
+  }
+
+  // Posts the collective and waits for it (wait_request); the flight recorder sees its
+  // start, and its end or failure.
+  void execute(const Op& o, uint64_t seq) {
     RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
-    const uint64_t seq = ++seq_;
     auto t0 = std::chrono::steady_clock::now();
+    flight_.start(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
     try {
+      if (opts_.debug && nranks_ > 1) {
+        Fingerprint fp = o.fp;
+        fp.seq = seq;
+        check_fingerprint(fp, t0);
+      }
       if (nranks_ > 1 || o.kind != CollectiveKind::barrier) {
         MPI_Request req = MPI_REQUEST_NULL;
         mpi_check(o.start(comm_, &req), "posting the MPI call");
-        const auto deadline = t0 + std::chrono::duration<double>(opts_.timeout_s);
-        for (unsigned i = 0;; ++i) {
-          int flag = 0;
-          mpi_check(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-          if (flag) break;
-          if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline)
-            throw Error(strfmt("timed out after %.0f s waiting for the other ranks (raise --comm-timeout or "
-                               "RINGZERO_COMM_TIMEOUT if a rank is just slow)",
-                               opts_.timeout_s));
-          if (i >= 64) sched_yield();
-        }
+        wait_request(req, t0);
       }
       if (o.finish) o.finish();
     } catch (const Error& e) {
       broken_ = strfmt("rank %d: %s #%llu (mpi): %s", rank_, collective_name(o.kind),
                        static_cast<unsigned long long>(seq), e.what());
+      const auto* fe = dynamic_cast<const FingerprintError*>(&e);
+      FlightMismatch m;
+      if (fe != nullptr) m = flight_mismatch(fe->mine, fe->theirs, fe->peer);
+      const std::string record = flight_.fail(seq, broken_, fe != nullptr ? fe->peer : -1, fe != nullptr ? &m : nullptr);
+      if (!record.empty()) broken_ += strfmt(" (flight record: %s)", record.c_str());
       throw Error(broken_);
     }
+    const auto t1 = std::chrono::steady_clock::now();
+    flight_.done(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count());
     CommCounters& c = stats_.by_kind[static_cast<int>(o.kind)];
     c.calls += 1;
     c.bytes_sent += o.bytes;
     c.bytes_recv += o.bytes;
-    c.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    c.seconds += std::chrono::duration<double>(t1 - t0).count();
+  }
+
+  uint64_t issue(const Op& o, int64_t t_ns = 0) {
+    return flight_.issue(o.kind, static_cast<DType>(o.fp.dtype), o.fp.count, o.fp.op, o.fp.root, t_ns);
   }
 
   void run_blocking(Op o) {
-    comm_thread_.run_blocking([&] { execute(o); });
+    const uint64_t seq = issue(o);
+    comm_thread_.run_blocking([&] { execute(o, seq); });
   }
 
   WorkHandle enqueue(Op o, OnDone on_done) {
+    const uint64_t seq = issue(o, FlightRecorder::now_ns());
     auto work = std::make_shared<MpiWork>();
-    comm_thread_.enqueue([this, o = std::move(o), on_done = std::move(on_done), work] {
+    comm_thread_.enqueue([this, o = std::move(o), on_done = std::move(on_done), work, seq] {
       std::exception_ptr err;
       try {
-        execute(o);
+        execute(o, seq);
         if (on_done) on_done.run_after();
       } catch (...) {
         err = std::current_exception();
@@ -312,7 +357,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, nranks_ = 1;
   CommStats stats_;
-  uint64_t seq_ = 0;
+  FlightRecorder flight_;  // also numbers the collectives (issue order)
   std::string broken_;
 
   CommThread comm_thread_;  // stopped first in the destructor, while what its jobs use lives

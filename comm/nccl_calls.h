@@ -56,6 +56,10 @@ class NcclCalls {
   virtual std::string malloc_async(void** p, size_t bytes, void* stream) = 0;
   virtual void free_async(void* p, void* stream) = 0;
   virtual std::string memcpy_async(void* dst, const void* src, size_t bytes, void* stream) = 0;  // device to device
+  // Host memory to the device and back, queued on stream (--comm-debug's fingerprints); the
+  // host bytes must stay put until the stream has passed the copy.
+  virtual std::string copy_to_device_async(void* dst, const void* host_src, size_t bytes, void* stream) = 0;
+  virtual std::string copy_to_host_async(void* host_dst, const void* src, size_t bytes, void* stream) = 0;
   virtual std::string memset_async(void* dst, int value, size_t bytes, void* stream) = 0;
   // cudaPointerGetAttributes says device (or managed) memory.
   virtual bool is_device_memory(const void* p) = 0;

@@ -89,6 +89,12 @@ class CudaNcclCalls final : public NcclCalls {
   std::string memcpy_async(void* dst, const void* src, size_t bytes, void* stream) override {
     return cuda_error(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
   }
+  std::string copy_to_device_async(void* dst, const void* host_src, size_t bytes, void* stream) override {
+    return cuda_error(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+  }
+  std::string copy_to_host_async(void* host_dst, const void* src, size_t bytes, void* stream) override {
+    return cuda_error(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+  }
   std::string memset_async(void* dst, int value, size_t bytes, void* stream) override {
     return cuda_error(cudaMemsetAsync(dst, value, bytes, as_stream(stream)));
   }

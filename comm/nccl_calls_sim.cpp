@@ -91,6 +91,33 @@ class SimNcclCalls final : public NcclCalls {
     on_stream(stream, [=] { std::memmove(d, s, bytes); });
     return "";
   }
+  // The host side is checked to be outside the arena, as cudaMemcpyAsync's direction says.
+  std::string copy_to_device_async(void* dst, const void* host_src, size_t bytes, void* stream) override {
+    if (bytes == 0) return "";
+    std::string e;
+    char* d = view(dst, bytes, "cudaMemcpyAsync(HostToDevice)", "dst", &e);
+    if (!e.empty()) return e;
+    try {
+      sim::check_host(host_src, bytes, "cudaMemcpyAsync(HostToDevice)", "src");
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+    on_stream(stream, [=] { std::memcpy(d, host_src, bytes); });
+    return "";
+  }
+  std::string copy_to_host_async(void* host_dst, const void* src, size_t bytes, void* stream) override {
+    if (bytes == 0) return "";
+    std::string e;
+    const char* s = view(src, bytes, "cudaMemcpyAsync(DeviceToHost)", "src", &e);
+    if (!e.empty()) return e;
+    try {
+      sim::check_host(host_dst, bytes, "cudaMemcpyAsync(DeviceToHost)", "dst");
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+    on_stream(stream, [=] { std::memcpy(host_dst, s, bytes); });
+    return "";
+  }
   std::string memset_async(void* dst, int value, size_t bytes, void* stream) override {
     if (bytes == 0) return "";
     std::string e;

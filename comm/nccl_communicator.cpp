@@ -10,10 +10,13 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "base/check.h"
 #include "base/sim_device.h"
 #include "comm/nccl_calls.h"
+#include "comm/fingerprint.h"
+#include "comm/flight_recorder.h"
 #include "comm/nccl_id.h"
 #include "comm/ring_communicator.h"
 
@@ -52,6 +55,7 @@ class NcclCommunicator final : public Communicator {
       : api_(std::move(calls)), rank_(env.rank), nranks_(env.world_size), opts_(opts),
         keep_alive_(std::move(keep_alive)) {
     dev_ = nccl_device_for(env, opts);
+    flight_.configure(rank_, nranks_, "nccl", opts_);
     try {
       start(store);
     } catch (const Error& e) {
@@ -105,6 +109,10 @@ class NcclCommunicator final : public Communicator {
   }
   void free_cuda() {
     if (scratch_ != nullptr) api_->free_async(scratch_, stream_);
+    if (fp_dev_ != nullptr) api_->free(fp_dev_);
+    if (fp_event_ != nullptr) api_->event_destroy(fp_event_);
+    fp_dev_ = nullptr;
+    fp_event_ = nullptr;
     if (barrier_word_ != nullptr) api_->free(barrier_word_);
     if (in_event_ != nullptr) api_->event_destroy(in_event_);
     if (stream_ != nullptr) api_->stream_destroy(stream_);
@@ -132,14 +140,15 @@ class NcclCommunicator final : public Communicator {
     broadcast_async(buf, count, dt, root, {})->wait();
   }
   void barrier() override {
-    issue(CollectiveKind::barrier, 0, {}, [&] {
+    issue(make_fingerprint(CollectiveKind::barrier, 0, DType::f32, -1, -1), 0, {}, [&] {
       nccl("ncclAllReduce", api_->all_reduce(barrier_word_, barrier_word_, 1, DType::f32, comm_, stream_));
     })->wait();
   }
 
   WorkHandle all_reduce_async(void* buf, size_t count, DType dt, ReduceOp op, OnDone on_done) override {
     check_device(buf, count, "all_reduce", "buf");
-    return issue(CollectiveKind::all_reduce, 2 * phase_bytes(count, dt), std::move(on_done), [&] {
+    return issue(make_fingerprint(CollectiveKind::all_reduce, count, dt, int(op), -1), 2 * phase_bytes(count, dt),
+                 std::move(on_done), [&] {
       if (count == 0) return;
       nccl("ncclAllReduce", api_->all_reduce(buf, buf, count, dt, comm_, stream_));
       if (op == ReduceOp::avg) api_->divide_by(buf, count, dt, nranks_, stream_);
@@ -154,7 +163,8 @@ class NcclCommunicator final : public Communicator {
     const ShardRange mine = shard_of(count, nranks_, rank_);
     check_device(in, count, "reduce_scatter", "in");
     check_device(out, mine.count, "reduce_scatter", "out");
-    return issue(CollectiveKind::reduce_scatter, phase_bytes(count, dt), std::move(on_done), [&] {
+    return issue(make_fingerprint(CollectiveKind::reduce_scatter, count, dt, int(op), -1), phase_bytes(count, dt),
+                 std::move(on_done), [&] {
       if (count == 0) return;
       const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
       if (S * nranks_ == count) {
@@ -175,7 +185,8 @@ class NcclCommunicator final : public Communicator {
     const ShardRange mine = shard_of(count, nranks_, rank_);
     check_device(shard, mine.count, "all_gather", "shard");
     check_device(out, count, "all_gather", "out");
-    return issue(CollectiveKind::all_gather, phase_bytes(count, dt), std::move(on_done), [&] {
+    return issue(make_fingerprint(CollectiveKind::all_gather, count, dt, -1, -1), phase_bytes(count, dt),
+                 std::move(on_done), [&] {
       if (count == 0) return;
       const size_t esz = dtype_size(dt), S = (count + nranks_ - 1) / nranks_;
       if (S * nranks_ == count) {
@@ -194,7 +205,7 @@ class NcclCommunicator final : public Communicator {
     RZ_CHECK(root >= 0 && root < nranks_, "broadcast: root %d is not a rank (0..%d)", root, nranks_ - 1);
     check_device(buf, count, "broadcast", "buf");
     const uint64_t bytes = rank_ == root ? 0 : static_cast<uint64_t>(count) * dtype_size(dt);
-    return issue(CollectiveKind::broadcast, bytes, std::move(on_done), [&] {
+    return issue(make_fingerprint(CollectiveKind::broadcast, count, dt, -1, root), bytes, std::move(on_done), [&] {
       if (count == 0) return;
       nccl("ncclBroadcast", api_->broadcast(buf, buf, count, dt, root, comm_, stream_));
     });
@@ -202,6 +213,7 @@ class NcclCommunicator final : public Communicator {
 
   const CommStats& stats() const override { return stats_; }
   void reset_stats() override { stats_.reset(); }
+  FlightRecorder* flight_recorder() override { return &flight_; }
 
  private:
   // ---- checks: every CUDA and NCCL result, named with this rank ----
@@ -259,29 +271,71 @@ class NcclCommunicator final : public Communicator {
     return scratch_;
   }
 
+  // --comm-debug: every rank's fingerprint to everyone (an ncclAllGather of 32 bytes each,
+  // comm/fingerprint.h), compared on the host before the collective is enqueued; the wait
+  // for it is bounded by the timeout. Debug mode only: it costs a host round trip.
+  void check_fingerprint(const Fingerprint& fp) {
+    const size_t n = sizeof(Fingerprint);
+    static_assert(sizeof(Fingerprint) % sizeof(float) == 0, "fingerprints travel as fp32 words");
+    if (fp_dev_ == nullptr) {
+      cuda("cudaMalloc(fingerprints)", api_->malloc(&fp_dev_, n * (nranks_ + 1)));
+      cuda("cudaEventCreateWithFlags(fingerprints)", api_->event_create(&fp_event_));
+      fp_host_.assign(n * (nranks_ + 1), 0);
+    }
+    char* host = fp_host_.data();
+    char* mine = static_cast<char*>(fp_dev_) + n * nranks_;
+    std::memcpy(host + n * nranks_, &fp, n);
+    // The 32 bytes travel as 8 fp32 words: an AllGather only copies them.
+    cuda("cudaMemcpyAsync(fingerprint)", api_->copy_to_device_async(mine, host + n * nranks_, n, stream_));
+    nccl("ncclAllGather(fingerprints)", api_->all_gather(mine, fp_dev_, n / sizeof(float), DType::f32, comm_, stream_));
+    cuda("cudaMemcpyAsync(fingerprints)", api_->copy_to_host_async(host, fp_dev_, n * nranks_, stream_));
+    cuda("cudaEventRecord(fingerprints)", api_->event_record(fp_event_, stream_));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeout_s);
+    for (;;) {
+      std::string error;
+      if (api_->event_query(fp_event_, &error)) break;
+      if (!error.empty()) cuda("the fingerprint exchange", error);
+      settle("the fingerprint exchange");  // an NCCL error ends the wait
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw Error(strfmt("timed out after %.0f s exchanging collective fingerprints (--comm-debug)", opts_.timeout_s));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::vector<Fingerprint> all(static_cast<size_t>(nranks_));
+    std::memcpy(all.data(), host, n * nranks_);
+    const int q = first_disagreeing_rank(all.data(), nranks_, rank_);
+    if (q >= 0) throw FingerprintError(q, fp, all[static_cast<size_t>(q)]);
+  }
+
   // Enqueues one collective on the comm stream after the input stream's work, and returns
   // its handle; the watchdog completes it. An error while enqueueing breaks the communicator.
   template <typename Enqueue>
-  WorkHandle issue(CollectiveKind kind, uint64_t bytes, OnDone on_done, Enqueue&& enqueue) {
+  WorkHandle issue(Fingerprint fp, uint64_t bytes, OnDone on_done, Enqueue&& enqueue) {
     std::unique_lock<std::mutex> l(mu_);
     RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
-    auto work = std::make_shared<NcclWork>(kind, ++seq_, bytes, std::move(on_done));
+    const CollectiveKind kind = static_cast<CollectiveKind>(fp.kind);
+    fp.seq = flight_.issue(kind, static_cast<DType>(fp.dtype), fp.count, fp.op, fp.root, FlightRecorder::now_ns());
+    auto work = std::make_shared<NcclWork>(kind, fp.seq, bytes, std::move(on_done));
     try {
       cuda("cudaSetDevice", api_->set_device(dev_));
       cuda("cudaEventRecord(input stream)", api_->event_record(in_event_, in_stream_));
       cuda("cudaStreamWaitEvent", api_->stream_wait_event(stream_, in_event_));
+      if (opts_.debug && nranks_ > 1) check_fingerprint(fp);
       enqueue();
       // A stream-form OnDone queues its work right behind the collective; the handle's
       // event below then covers both.
       if (work->on_done.stream_form()) work->on_done.run_queued(stream_);
       cuda("cudaEventCreateWithFlags", api_->event_create(&work->event));
       cuda("cudaEventRecord(comm stream)", api_->event_record(work->event, stream_));
-    } catch (const std::exception& e) {  // a CUDA or NCCL call, or the stream-form OnDone
+    } catch (const std::exception& e) {  // a CUDA or NCCL call, the fingerprints, or the stream-form OnDone
       if (work->event != nullptr) api_->event_destroy(work->event);
-      break_locked(*work, e.what());
+      const auto* fe = dynamic_cast<const FingerprintError*>(&e);
+      FlightMismatch m;
+      if (fe != nullptr) m = flight_mismatch(fe->mine, fe->theirs, fe->peer);
+      break_locked(*work, e.what(), fe != nullptr ? &m : nullptr);
       throw Error(broken_);
     }
     work->issued = std::chrono::steady_clock::now();
+    flight_.start(work->seq, FlightRecorder::now_ns());  // on the comm stream: NCCL's progress is not visible
     if (pending_.empty()) front_since_ = work->issued;
     pending_.push_back(work);
     cv_.notify_all();
@@ -290,10 +344,13 @@ class NcclCommunicator final : public Communicator {
 
   // The first error: abort NCCL (so the peers' collectives fail too) and fail every
   // pending handle with one message naming this rank.
-  void break_locked(const NcclWork& at, const std::string& what) {
-    if (broken_.empty())
+  void break_locked(const NcclWork& at, const std::string& what, const FlightMismatch* mismatch = nullptr) {
+    if (broken_.empty()) {
       broken_ = strfmt("rank %d: %s #%llu (nccl): %s", rank_, collective_name(at.kind),
                        static_cast<unsigned long long>(at.seq), what.c_str());
+      const std::string record = flight_.fail(at.seq, broken_, mismatch != nullptr ? mismatch->other_rank : -1, mismatch);
+      if (!record.empty()) broken_ += strfmt(" (flight record: %s)", record.c_str());
+    }
     abort_comm();
     for (auto& w : pending_) {
       if (w->event != nullptr) api_->event_destroy(w->event);
@@ -323,6 +380,7 @@ class NcclCommunicator final : public Communicator {
         c.bytes_sent += w->bytes;
         c.bytes_recv += w->bytes;
         c.seconds += std::chrono::duration<double>(now - w->issued).count();
+        flight_.done(w->seq, FlightRecorder::now_ns());
         api_->event_destroy(w->event);
         l.unlock();
         std::exception_ptr err;
@@ -370,8 +428,11 @@ class NcclCommunicator final : public Communicator {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   CommStats stats_;
-  uint64_t seq_ = 0;
+  FlightRecorder flight_;             // also numbers the collectives (issue order)
   std::string broken_;
+  void* fp_dev_ = nullptr;            // --comm-debug: (N + 1) fingerprints on the device
+  void* fp_event_ = nullptr;          // after their copy back to fp_host_
+  std::vector<char> fp_host_;         // the same on the host (mine last)
 
   std::mutex mu_;
   std::condition_variable cv_;

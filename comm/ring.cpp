@@ -64,6 +64,7 @@ size_t segment_elems(const RingContext& ctx, size_t esz) {
 
 void observe(RingContext& ctx, CollectiveKind phase, int round, bool end, int sent, int recv,
              const void* data, size_t n, DType dt) {
+  if (!end && ctx.progress != nullptr) ctx.progress->store(flight_progress(phase, round), std::memory_order_relaxed);
   if (ctx.observer == nullptr) return;
   RingRound ev;
   ev.rank = ctx.rank;
@@ -226,6 +227,7 @@ void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, Reduc
   char* inputs = reinterpret_cast<char*>(ctx.work->data());  // rank q's input at q * bytes
   std::memcpy(inputs + r * bytes, buf, bytes);
   for (int k = 1; k <= N - 1; ++k) {
+    if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::all_reduce, k), std::memory_order_relaxed);
     char* dst = inputs + mod(r - k, N) * bytes;
     ch.send(inputs + mod(r - k + 1, N) * bytes, bytes, MsgTag::data);
     ch.recv(bytes, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, bytes); });
@@ -374,22 +376,12 @@ void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int 
 void ring_barrier(RingContext& ctx) {
   const unsigned char token = 1;
   for (int k = 1; k <= ctx.nranks - 1; ++k) {
+    if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::barrier, k), std::memory_order_relaxed);
     ctx.channel->send(&token, 1, MsgTag::barrier);
     ctx.channel->recv(1, MsgTag::barrier, [](const void*) {});
     ctx.bytes_sent += 1;
     ctx.bytes_recv += 1;
   }
-}
-
-std::string describe(const Fingerprint& fp) {
-  std::string s = strfmt("#%llu %s(", static_cast<unsigned long long>(fp.seq),
-                         collective_name(static_cast<CollectiveKind>(fp.kind)));
-  auto kind = static_cast<CollectiveKind>(fp.kind);
-  if (kind == CollectiveKind::barrier) return s + ")";
-  s += strfmt("%s, count %llu", dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(fp.count));
-  if (fp.op >= 0) s += strfmt(", %s", reduce_op_name(static_cast<ReduceOp>(fp.op)));
-  if (fp.root >= 0) s += strfmt(", root %d", fp.root);
-  return s + ")";
 }
 
 void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp) {
@@ -399,9 +391,7 @@ void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp) {
   Fingerprint theirs;
   ctx.channel->recv(sizeof theirs, MsgTag::fingerprint,
                     [&](const void* p) { std::memcpy(&theirs, p, sizeof theirs); });
-  if (std::memcmp(&theirs, &fp, sizeof fp) != 0)
-    throw PeerError(left, strfmt("collective mismatch (RINGZERO_COMM_DEBUG): this rank runs %s but rank %d runs %s",
-                                 describe(fp).c_str(), left, describe(theirs).c_str()));
+  if (std::memcmp(&theirs, &fp, sizeof fp) != 0) throw FingerprintError(left, fp, theirs);
 }
 
 }  // namespace rz

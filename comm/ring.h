@@ -5,6 +5,7 @@
 // algorithm and its terms (chunk, shard, round, segment) are explained in ring.cpp.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "base/memory.h"
 #include "comm/channel.h"
 #include "comm/communicator.h"
+#include "comm/fingerprint.h"
 
 namespace rz {
 
@@ -37,16 +39,6 @@ class RingObserver {
   virtual void on_round(const RingRound& r) = 0;
 };
 
-// The fingerprint RINGZERO_COMM_DEBUG=1 compares across neighbours before each collective.
-struct Fingerprint {
-  uint64_t seq = 0;
-  uint64_t count = 0;
-  int32_t kind = 0;
-  int32_t dtype = 0;
-  int32_t op = -1;    // ReduceOp or -1
-  int32_t root = -1;  // broadcast root or -1
-};
-std::string describe(const Fingerprint& fp);
 
 // How the ring touches element data in the rank's buffers. Null in RingContext: host
 // code (memcpy, reduce_elements, ctx.work). The cuda transport (comm/device_ring.h) passes
@@ -70,6 +62,7 @@ struct RingContext {
   size_t segment_bytes = 1u << 20;
   RingObserver* observer = nullptr;
   Buffer<unsigned char>* work = nullptr;      // ReduceScatter's partial-sum chunk; grown on demand
+  std::atomic<int32_t>* progress = nullptr;   // the flight recorder's word: phase and round reached
   uint64_t bytes_sent = 0;  // payload bytes of the current collective
   uint64_t bytes_recv = 0;
 };
@@ -96,8 +89,8 @@ void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, Red
 void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype);
 void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int root);
 void ring_barrier(RingContext& ctx);
-// Sends this rank's fingerprint right, receives the left one and throws PeerError naming
-// both on the first difference.
+// Sends this rank's fingerprint right, receives the left one and throws FingerprintError
+// (comm/fingerprint.h) naming both on the first difference.
 void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp);
 
 // dst[i] = a[i] + b[i] in fp32 arithmetic (bf16 rounded once, RNE); when divide_by > 0

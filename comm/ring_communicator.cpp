@@ -15,19 +15,14 @@ namespace {
 using RingWork = FinishableWork;
 
 Fingerprint make_fp(CollectiveKind kind, size_t count, DType dt, int op, int root) {
-  Fingerprint fp;
-  fp.kind = static_cast<int32_t>(kind);
-  fp.count = count;
-  fp.dtype = static_cast<int32_t>(dt);
-  fp.op = op;
-  fp.root = root;
-  return fp;
+  return make_fingerprint(kind, count, dt, op, root);
 }
 
 }  // namespace
 
 struct RingCommunicator::Task {
   CollectiveKind kind;
+  uint64_t seq;
   Fingerprint fp;
   Body body;
   OnDone on_done;
@@ -51,6 +46,9 @@ CommOptions resolve_comm_options(const CommOptions& opts) {
     RZ_CHECK(s == "0" || s == "1", "RINGZERO_COMM_DEBUG: expected 0 or 1, found '%s'", d);
     if (s == "1") o.debug = true;
   }
+  if (const char* f = std::getenv("RINGZERO_FLIGHT_DIR"); f != nullptr && *f != 0 && o.flight_dir.empty())
+    o.flight_dir = f;
+  RZ_CHECK(o.flight_watchdog_s >= 0, "flight watchdog: expected seconds >= 0, found %g", o.flight_watchdog_s);
   // Every wait has a deadline: "inf" or 1e300 would make it none (and overflow the clocks).
   RZ_CHECK(o.timeout_s > 0 && o.timeout_s <= kMaxCommTimeoutS,
            "comm timeout: expected a positive number of seconds up to %g (11 days), found %g", kMaxCommTimeoutS,
@@ -65,6 +63,8 @@ RingCommunicator::RingCommunicator(int rank, int nranks, std::string transport,
       opts_(opts) {
   RZ_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, "communicator: rank %d of %d is out of range", rank, nranks);
   RZ_CHECK(nranks == 1 || channel_ != nullptr, "communicator: %d ranks need a channel", nranks);
+  flight_.configure(rank, nranks, "ring", opts_);
+  flight_.set_transport(transport_);
 }
 
 RingCommunicator::~RingCommunicator() {
@@ -72,10 +72,9 @@ RingCommunicator::~RingCommunicator() {
   if (channel_) channel_->close();
 }
 
-void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& body,
+void RingCommunicator::execute(CollectiveKind kind, uint64_t seq, Fingerprint fp, const Body& body,
                                const std::shared_ptr<void>& input_mark, bool host_path) {
   RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
-  const uint64_t seq = ++seq_;
   RingContext ctx;
   const bool on_device = device_ != nullptr && !host_path;
   ctx.channel = host_path && host_channel_ != nullptr ? host_channel_ : channel_.get();
@@ -85,7 +84,9 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
   ctx.observer = observer_;
   ctx.work = &work_;
   ctx.elements = on_device ? device_.get() : nullptr;
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
+  flight_.start(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
+  ctx.progress = flight_.progress_word(seq);
   try {
     if (on_device) device_->wait_input(input_mark);
     if (opts_.debug && nranks_ > 1) {
@@ -96,14 +97,22 @@ void RingCommunicator::execute(CollectiveKind kind, Fingerprint fp, const Body& 
     if (on_device) device_->synchronize();  // finished here means finished on the GPU
   } catch (const Error& e) {
     broken_ = strfmt("rank %d: %s #%llu: %s", rank_, collective_name(kind), static_cast<unsigned long long>(seq), e.what());
-    if (channel_) channel_->close();
+    if (channel_) channel_->close();  // the neighbours fail at once (and write their records)
+    const auto* pe = dynamic_cast<const PeerError*>(&e);
+    const auto* fe = dynamic_cast<const FingerprintError*>(&e);
+    FlightMismatch m;
+    if (fe != nullptr) m = flight_mismatch(fe->mine, fe->theirs, fe->peer);
+    const std::string record = flight_.fail(seq, broken_, pe != nullptr ? pe->peer : -1, fe != nullptr ? &m : nullptr);
+    if (!record.empty()) broken_ += strfmt(" (flight record: %s)", record.c_str());
     throw Error(broken_);
   }
+  const auto t1 = Clock::now();
+  flight_.done(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t1.time_since_epoch()).count());
   CommCounters& c = stats_.by_kind[static_cast<int>(kind)];
   c.calls += 1;
   c.bytes_sent += ctx.bytes_sent;
   c.bytes_recv += ctx.bytes_recv;
-  c.seconds += seconds_since(t0);
+  c.seconds += std::chrono::duration<double>(t1 - t0).count();
   if (trace::enabled()) trace_collective(kind, fp, seq, ctx.bytes_sent, t0);
 }
 
@@ -120,19 +129,22 @@ void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& 
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path) {
   const std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
-  comm_thread_.run_blocking([&] { execute(kind, fp, body, mark, host_path); });
+  const uint64_t seq = flight_.issue(kind, static_cast<DType>(fp.dtype), fp.count, fp.op, fp.root);
+  comm_thread_.run_blocking([&] { execute(kind, seq, fp, body, mark, host_path); });
 }
 
 WorkHandle RingCommunicator::enqueue(CollectiveKind kind, const Fingerprint& fp, Body body, OnDone on_done,
                                      bool host_path) {
   auto work = std::make_shared<RingWork>();
   std::shared_ptr<void> mark = device_ != nullptr && !host_path ? device_->mark_input() : nullptr;
-  Task task{kind, fp, std::move(body), std::move(on_done), work, std::move(mark), host_path, trace::bucket()};
+  const uint64_t seq =
+      flight_.issue(kind, static_cast<DType>(fp.dtype), fp.count, fp.op, fp.root, FlightRecorder::now_ns());
+  Task task{kind, seq, fp, std::move(body), std::move(on_done), work, std::move(mark), host_path, trace::bucket()};
   comm_thread_.enqueue([this, task = std::move(task)] {
     std::exception_ptr err;
     trace::set_bucket(task.trace_bucket);
     try {
-      execute(task.kind, task.fp, task.body, task.input_mark, task.host_path);
+      execute(task.kind, task.seq, task.fp, task.body, task.input_mark, task.host_path);
       if (task.on_done) task.on_done.run_after();  // the stream form too, with stream null
     } catch (...) {
       err = std::current_exception();

@@ -8,7 +8,9 @@
 //   - errors: a PeerError becomes "rank R: <collective> #seq: <what>", the channel is
 //     closed so the neighbours fail at once too, and every later call repeats the error;
 //   - RINGZERO_COMM_DEBUG: a fingerprint check with the neighbours before each collective;
-//   - CommStats: calls, payload bytes and wall time per collective kind.
+//   - CommStats: calls, payload bytes and wall time per collective kind;
+//   - the flight recorder (comm/flight_recorder.h): issue, start, the ring's rounds, done
+//     or failed, for every collective.
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,7 @@
 #include "comm/communicator.h"
 #include "comm/device_ring.h"
 #include "comm/factory.h"
+#include "comm/flight_recorder.h"
 #include "comm/ring.h"
 
 namespace rz {
@@ -55,6 +58,7 @@ class RingCommunicator final : public Communicator {
 
   const CommStats& stats() const override { return stats_; }
   void reset_stats() override { stats_.reset(); }
+  FlightRecorder* flight_recorder() override { return &flight_; }
 
   // comm-trace watches every round; set it before the first collective.
   void set_observer(RingObserver* observer) { observer_ = observer; }
@@ -72,8 +76,8 @@ class RingCommunicator final : public Communicator {
  private:
   using Body = std::function<void(RingContext&)>;
   struct Task;
-  void execute(CollectiveKind kind, Fingerprint fp, const Body& body, const std::shared_ptr<void>& input_mark,
-               bool host_path);
+  void execute(CollectiveKind kind, uint64_t seq, Fingerprint fp, const Body& body,
+               const std::shared_ptr<void>& input_mark, bool host_path);
   // With a device link: true when every non-empty buffer is host memory (the collective
   // runs on the host channel), false when all are GPU memory; a mix is an error.
   bool host_buffers(const char* op, std::initializer_list<std::pair<const void*, size_t>> bufs) const;
@@ -92,7 +96,7 @@ class RingCommunicator final : public Communicator {
   RingChannel* host_channel_ = nullptr; // the cuda transport's control channel (host buffers)
   Buffer<unsigned char> work_;
   CommStats stats_;
-  uint64_t seq_ = 0;
+  FlightRecorder flight_;  // also numbers the collectives (issue order)
   std::string broken_;  // the first communication error; the communicator is unusable after it
   std::vector<std::shared_ptr<void>> keep_alive_;
 

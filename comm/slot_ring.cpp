@@ -179,7 +179,7 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
     auto name = [&](uint32_t x) { return x < 5 ? names[x] : names[0]; };
     throw PeerError(watch.peer_rank,
                     strfmt("rank %d sent a %llu-byte %s message where a %zu-byte %s message was expected: "
-                           "the ranks are not running the same collective (RINGZERO_COMM_DEBUG=1 on every "
+                           "the ranks are not running the same collective (--comm-debug, or RINGZERO_COMM_DEBUG=1, on every "
                            "rank finds the first disagreement)",
                            watch.peer_rank, static_cast<unsigned long long>(m.bytes), name(m.tag), bytes,
                            name(static_cast<uint32_t>(tag))));

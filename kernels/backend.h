@@ -166,9 +166,10 @@ class Backend {
   // OnDone, comm/communicator.h). On the CPU every op has finished when it returns, so
   // these do nothing and marks are null.
   // While a StreamScope for a non-null stream (a device stream of this backend's GPU, e.g.
-  // a communicator's comm stream) lives, the copy, zero and accumulate_* calls this thread
-  // makes on this backend are queued on that stream instead of the compute stream. Only
-  // those: the other ops share the compute stream's scratch memory.
+  // a communicator's comm stream) lives, the copy, zero, accumulate_* and f32_to_bf16 calls
+  // this thread makes on this backend are queued on that stream instead of the compute
+  // stream (f32_to_bf16: zero/wide_reduce.h narrows an fp32 reduction there). Only those:
+  // the other ops share the compute stream's scratch memory.
   class StreamScope {
    public:
     StreamScope(Backend& be, void* stream) : be_(be), prev_(be.set_thread_stream(stream)) {}

@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 targets=(fuzz_token_shard fuzz_model_file fuzz_debug_state fuzz_tokenizer_bin fuzz_train_checkpoint
-         fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_stop_notice)
+         fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_stop_notice
+         fuzz_flight_record)
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >/dev/null

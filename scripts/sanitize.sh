@@ -32,7 +32,8 @@ fi
 
 if [ "$what" = all ] || [ "$what" = tsan ]; then
   tsan_tests=(test_comm_ring test_comm_async test_comm_store test_comm_shm test_comm_tcp test_comm_failure
-              test_comm_cuda_ring test_comm_registered test_comm_auth)
+              test_comm_cuda_ring test_comm_registered test_comm_auth
+              test_comm_flight)
   cmake -S . -B build-tsan "${common[@]}" -DRINGZERO_TESTS_NEED_BINARY=OFF \
     -DCMAKE_CXX_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread $quiet_gcc" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null

@@ -73,11 +73,38 @@ TEST_CASE("every collective over MPI, blocking and async, on 2 and 3 ranks") {
   }
 }
 
-TEST_CASE("a rank that waits past the timeout fails naming itself and the collective") {
-  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " timeout", 60);
+TEST_CASE("a rank that waits past the timeout fails naming itself and the collective, and writes its record") {
+  const fs::path dir = work_dir() / "flight_timeout";
+  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " timeout " + quote(dir.string()), 60);
   INFO(r.output);
   CHECK(r.status != 0);
   CHECK(r.output.find("caught: rank 0: all_reduce #2 (mpi): timed out after 3 s") != std::string::npos);
+  CHECK(r.output.find("(flight record: " + (dir / "rank0.json").string() + ")") != std::string::npos);
+  std::ifstream in(dir / "rank0.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["backend"] == "mpi");
+  CHECK(j["reason"] == "timeout");
+  CHECK(j["entries"].size() == 2);
+  CHECK(j["entries"][1]["state"] == "failed");
+}
+
+TEST_CASE("--comm-debug over MPI: another count is caught before it runs, both sides named, and doctor reads it") {
+  const fs::path dir = work_dir() / "flight_mismatch";
+  Result r = shell(mpirun(2) + quote(RINGZERO_MPI_RANKS) + " mismatch " + quote(dir.string()), 60);
+  INFO(r.output);
+  CHECK(r.output.find("caught: rank 0: all_reduce #2 (mpi): collective mismatch (RINGZERO_COMM_DEBUG): this rank runs "
+                      "#2 all_reduce(fp32, count 100, sum) but rank 1 runs #2 all_reduce(fp32, count 50, sum)") !=
+        std::string::npos);
+  CHECK(r.output.find("caught: rank 1: all_reduce #2 (mpi): collective mismatch (RINGZERO_COMM_DEBUG): this rank runs "
+                      "#2 all_reduce(fp32, count 50, sum) but rank 0 runs #2 all_reduce(fp32, count 100, sum)") !=
+        std::string::npos);
+  Result d = shell(binary() + " doctor " + quote(dir.string()), 30);
+  INFO(d.output);
+  CHECK(d.status == 0);
+  CHECK(d.output.find("2 flight record(s)") != std::string::npos);
+  CHECK(d.output.find("caught a collective mismatch at #2 (--comm-debug)") != std::string::npos);
+  CHECK(d.output.find("all_reduce(fp32, count 100, sum)") != std::string::npos);
+  CHECK(d.output.find("all_reduce(fp32, count 50, sum)") != std::string::npos);
 }
 
 TEST_CASE("comm-bench --comm mpi prints the ring's columns and checks every size") {
@@ -95,7 +122,7 @@ TEST_CASE("comm-bench --comm mpi prints the ring's columns and checks every size
   CHECK(bad.output.find("--comm mpi runs ranks as processes under mpirun") != std::string::npos);
 }
 
-TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for ddp, zero1 and zero2") {
+TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for ddp, zero1 and zero2, fp32 and bf16") {
   // A small byte-level corpus, prepared by ringzero itself.
   const fs::path text = work_dir() / "text";
   fs::create_directories(text);
@@ -125,9 +152,13 @@ TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for 
       if (!line.empty()) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
     return out;
   };
-  for (const char* strategy : {"ddp", "zero1", "zero2"}) {
-    const fs::path ring_m = work_dir() / (std::string("ring_") + strategy + ".jsonl");
-    const fs::path mpi_m = work_dir() / (std::string("mpi_") + strategy + ".jsonl");
+  // The last two: bf16 runs whose buckets are reduced in fp32 (--grad-reduce-dtype fp32,
+  // zero/wide_reduce.h), so the widened collective runs through MPI too.
+  const std::string wide = " --precision bf16 --grad-reduce-dtype fp32 ";
+  for (const std::string& strategy : std::vector<std::string>{"ddp", "zero1", "zero2", "ddp" + wide, "zero2" + wide}) {
+    const std::string tag = strategy.substr(0, strategy.find(' ')) + (strategy.size() > 5 ? "_wide" : "");
+    const fs::path ring_m = work_dir() / ("ring_" + tag + ".jsonl");
+    const fs::path mpi_m = work_dir() / ("mpi_" + tag + ".jsonl");
     Result ring = shell(binary() + common + "--strategy " + strategy + " --nproc-per-node 2 --metrics " +
                         quote(ring_m.string()));
     INFO(strategy << " ring:\n" << ring.output);

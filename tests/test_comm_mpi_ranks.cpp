@@ -3,8 +3,12 @@
 //
 //   test_comm_mpi_ranks            every collective, blocking and async, fp32 and bf16, sum
 //                                  and avg, counts that N does or does not divide; exit 0
-//   test_comm_mpi_ranks timeout    rank 1 skips a collective: rank 0 must fail within its
+//   test_comm_mpi_ranks timeout [DIR]   rank 1 skips a collective: rank 0 must fail within its
 //                                  3 s timeout with an error that names it and the collective
+//                                  (and writes its flight record into DIR)
+//   test_comm_mpi_ranks mismatch DIR    --comm-debug, and rank 1 runs another count at #2:
+//                                  both fail before any data moves, naming both sides, and
+//                                  their flight records in DIR say so
 //
 // Inputs are small integers, so every sum is exact and the expected values are closed-form.
 #include <unistd.h>
@@ -150,7 +154,21 @@ int main(int argc, char** argv) {
     CommOptions opts;
     opts.backend = "mpi";
     if (mode == "timeout") opts.timeout_s = 3.0;
+    if (argc > 2) opts.flight_dir = argv[2];
+    opts.debug = mode == "mismatch";
     auto c = connect_communicator(env, opts);
+    if (mode == "mismatch") {
+      std::vector<float> x(100, 1.f);
+      c->all_reduce(x.data(), x.size(), DType::f32, ReduceOp::sum);  // #1 agrees
+      try {
+        c->all_reduce(x.data(), c->rank() == 1 ? 50 : 100, DType::f32, ReduceOp::sum);
+        std::fprintf(stderr, "rank %d: FAILED: the mismatched all_reduce #2 completed\n", c->rank());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "caught: %s\n", e.what());
+      }
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
     if (mode == "timeout") {
       std::vector<float> x(16, 1.f);
       c->all_reduce(x.data(), x.size(), DType::f32, ReduceOp::sum);  // both ranks: #1

@@ -159,7 +159,7 @@ TEST_CASE("--skip-nonfinite stops after a bounded number of steps skipped in a r
   const fs::path m = work_dir() / "skips.jsonl";
   Result r = run(tiny_args("--steps 50 --lr 1e30 --warmup 0 --skip-nonfinite --max-consecutive-skips 3 --metrics " +
                            quote(m.string())));
-  check_one_line_error(r, "3 steps in a row were skipped (max_consecutive_skips)");
+  check_one_line_error(r, "3 steps in a row were skipped (the last one's loss NaN; max_consecutive_skips 3)");
   CHECK(metric_steps(m) == std::vector<int>{1, 2, 3});  // step 4's third skip ends the run
   Result d = run(tiny_args("--steps 50 --lr 1e30 --warmup 0 --skip-nonfinite"));
   check_one_line_error(d, "10 steps in a row were skipped");  // the default bound

@@ -100,6 +100,13 @@ TEST_CASE("plot loss: PNG and SVG for several runs, by step and by tokens", "[pl
   REQUIRE(s.status == 0);
   CHECK(read(svg).find("<svg") != std::string::npos);
   CHECK(read(work_dir() / "loss.svg.gp").find("5120 3") != std::string::npos);  // 256 x 20 tokens
+  // --smooth 4: step 20's training loss is the mean of steps 17..20, 5 - 1.85.
+  Result m = run("plot loss" + files + " --smooth 4 --out " + quote(png.string()));
+  INFO(m.output);
+  REQUIRE(m.status == 0);
+  const std::string smoothed = read(work_dir() / "loss.png.gp");
+  CHECK(smoothed.find("20 3.15") != std::string::npos);
+  CHECK(smoothed.find("(mean of 4 steps)") != std::string::npos);
 }
 
 TEST_CASE("plot memory: estimates by tag beside a measured report", "[plot]") {
@@ -153,6 +160,29 @@ TEST_CASE("plot comm: busbw from comm-bench --json and from a table", "[plot]") 
   const std::string script = read(work_dir() / "busbw.png.gp");
   CHECK(script.find("'all_reduce thread N=2'") != std::string::npos);
   CHECK(script.find("2048 0.341") != std::string::npos);
+}
+
+TEST_CASE("plot precision: comm-bench --check-precision --json, errors against N on log axes", "[plot]") {
+  std::ofstream out(work_dir() / "prec.jsonl");
+  for (int n : {2, 4, 8})
+    out << json{{"check", "precision"}, {"nranks", n}, {"count", 100}, {"rs_bf16", 1e-3 * n}, {"ar_bf16", 1e-3 * n},
+                {"rs_fp32", 1e-11 * n}, {"ar_fp32", 1e-11 * n}, {"fp32_to_bf16", 1e-3}}
+               .dump()
+        << "\n";
+  out.close();
+  const fs::path png = work_dir() / "prec.png";
+  Result r = run("plot precision --results " + quote((work_dir() / "prec.jsonl").string()) + " --out " + quote(png.string()));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(is_png(png));
+  const std::string script = read(work_dir() / "prec.png.gp");
+  CHECK(script.find("set logscale xy") != std::string::npos);
+  CHECK(script.find("8 0.008 0.008 8e-11 0.001 0.004") != std::string::npos);  // sqrt(8/2) x the first bf16 point
+  write(work_dir() / "notprec.jsonl", json{{"check", "other"}}.dump() + "\n");
+  Result bad = run("plot precision --results " + quote((work_dir() / "notprec.jsonl").string()) + " --out " +
+                   quote((work_dir() / "x.png").string()));
+  CHECK(bad.status != 0);
+  CHECK(bad.output.find("notprec.jsonl:1: expected a line of comm-bench --check-precision --json") != std::string::npos);
 }
 
 TEST_CASE("plot errors are one line naming what was wrong", "[plot]") {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -29,12 +30,16 @@ struct RunSpec {
   int buckets_in_flight = 2;
   float grad_clip = 1.0f;
   bool buckets_per_unit = false;  // cut buckets at zero3's units (to compare others with zero3)
+  bool grad_reduce_fp32 = false;  // bf16: gradient buckets reduced in fp32 (zero/wide_reduce.h)
+  // The step gate of every rank (zero/strategy.h): gate(rank, step, grad_norm); empty: none.
+  std::function<bool(int, int, double)> gate;
 };
 
 struct RunResult {
   std::vector<std::vector<float>> params;  // per rank, fp32, layout order
   std::vector<std::vector<float>> norms;   // per rank, per step
   std::vector<std::vector<float>> losses;  // per rank, per step (mean over micro-steps)
+  std::vector<std::vector<int>> skipped;   // per rank, per step: StepStats::skipped
 };
 
 // Token of global row `row` (of the whole step's batch), position t. Two batches
@@ -70,6 +75,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   sopts.buckets_in_flight = spec.buckets_in_flight;
   sopts.grad_clip = spec.grad_clip;
   sopts.buckets_per_unit = spec.buckets_per_unit;
+  sopts.grad_reduce_fp32 = spec.grad_reduce_fp32;
   for (int r = 0; r < N; ++r) {
     models.push_back(std::make_unique<GPT2>(cfg, mopts));
     models.back()->init_random(1234);
@@ -79,6 +85,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   res.params.resize(N);
   res.norms.resize(N);
   res.losses.resize(N);
+  res.skipped.resize(N);
   std::vector<std::exception_ptr> errors(N);
   std::vector<std::thread> threads;
   for (int r = 0; r < N; ++r) {
@@ -89,7 +96,10 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
         Strategy& st = *strategies[r];
         const int B = spec.B, T = spec.T, V = cfg.vocab_size;
         std::vector<int> in(B * T), tg(B * T);
+        int gate_step = 0;
+        if (spec.gate) st.set_step_gate([&](double norm) { return spec.gate(r, gate_step, norm); });
         for (int step = 0; step < spec.steps; ++step) {
+          gate_step = step;
           float loss = 0.0f;
           for (int m = 0; m < spec.accum; ++m) {
             for (int b = 0; b < B; ++b) {
@@ -106,6 +116,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
           StepStats s = st.step(1e-3f);
           res.norms[r].push_back(s.grad_norm);
           res.losses[r].push_back(loss);
+          res.skipped[r].push_back(s.skipped ? 1 : 0);
           if (step == 0) hook(r, st, s, *comms[r], model);
         }
         res.params[r].resize(model.layout().total);

@@ -33,6 +33,7 @@
 #include "kernels/backend.h"
 #include "train/cli_number.h"
 #include "train/command.h"
+#include "train/comm_precision.h"
 
 namespace rz {
 namespace {
@@ -53,6 +54,11 @@ struct BenchArgs {
   std::string segment = "1M";
   std::string device = "cpu";
   std::string host_memory = "auto";
+  size_t flight_entries = kFlightEntriesDefault;
+  std::string flight_dir;
+  bool comm_debug = false;
+  bool check_precision = false;
+  PrecisionCheckArgs precision;
 };
 
 size_t parse_bytes(const std::string& s, const char* flag) {
@@ -302,7 +308,29 @@ int run_comm_bench(int argc, char** argv) {
                  "zero1/zero2's parameters are; shm with direct reads) or private (ordinary memory)")
       ->check(CLI::IsMember({"auto", "private"}))->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object per size instead of the table");
+  app.add_option("--flight-entries", a.flight_entries,
+                 "collectives each rank's flight recorder keeps (0: none; comm/flight_recorder.h)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  app.add_option("--flight-dir", a.flight_dir, "where a rank writes its flight record on a comm error or SIGUSR1");
+  app.add_flag("--comm-debug", a.comm_debug, "compare every collective's fingerprint across ranks first (RINGZERO_COMM_DEBUG=1)");
+  app.add_flag("--check-precision", a.check_precision,
+               "instead of timing: the relative error of ring ReduceScatter and AllReduce in bf16 and fp32 against "
+               "fp64, on real gradients of --config's model, for every --ranks N (thread ranks); --json for `ringzero "
+               "plot precision`");
+  app.add_option("--config", a.precision.config, "--check-precision: the training config whose model and data give "
+                 "the gradients")->capture_default_str();
+  app.add_option("--data", a.precision.data, "--check-precision: training shards instead of the config's");
+  app.add_option("--init", a.precision.init, "--check-precision: take the gradients at this llm.c model file's weights");
+  app.add_option("--ranks", a.precision.nranks, "--check-precision: rank counts N (repeatable; default 2 4 8 16 32 64)")
+      ->check(CLI::Range(2, 256));
   if (!parse_command_line(app, argc, argv)) return 0;
+  if (a.check_precision) {
+    a.precision.json = a.json;
+    std::string about;
+    const auto rows = check_reduction_precision(a.precision, stderr, &about);
+    print_precision_rows(rows, about, a.json, stdout);
+    return 0;
+  }
   const size_t min_b = parse_bytes(a.min_bytes, "--min-bytes");
   const size_t max_b = parse_bytes(a.max_bytes, "--max-bytes");
   const size_t seg = parse_bytes(a.segment, "--segment-bytes");
@@ -313,6 +341,9 @@ int run_comm_bench(int argc, char** argv) {
   opts.transport = a.transport;
   opts.timeout_s = a.timeout_s;
   opts.segment_bytes = seg;
+  opts.flight_entries = a.flight_entries;
+  opts.flight_dir = a.flight_dir;
+  opts.debug = a.comm_debug;
 
   RZ_CHECK(a.comm != "mpi" || a.transport != "thread", "comm-bench: --comm mpi runs ranks as processes under mpirun, "
            "not as threads (drop --transport thread)");

@@ -50,6 +50,7 @@ struct MemoryArgs {
   std::string budget;
   std::string device = "cpu";
   int threads = 1;
+  std::string grad_reduce_dtype = "auto";
   bool json = false;
 };
 
@@ -60,6 +61,7 @@ struct Row {
   double states_paper = 0, states = 0;  // bytes per rank
   double states_fp32_shard = 0;         // zero2 with --grad-shard-fp32 (fp32 owned gradient shard)
   double staging = -1, activations = -1;  // -1: unknown (bare parameter count)
+  double wide = 0;                        // --grad-reduce-dtype fp32 (bf16): the fp32 reduce buffers
   int staging_buffers = 0;                // zero2: general staging buffers (besides wte's)
   ExactStateBytes exact = {};             // per tag (shape given); else from the per-param formula
   std::vector<MemoryPlan> plans = {};     // shape given: the planner's answer per recompute mode asked
@@ -145,6 +147,10 @@ int run_memory(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   add_number(app, "--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--grad-reduce-dtype", a.grad_reduce_dtype,
+                 "bf16 runs: the dtype gradient buckets travel and are summed in (fp32: plus its reduce buffers; "
+                 "auto: the precision's)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}))->capture_default_str();
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
@@ -167,6 +173,9 @@ int run_memory(int argc, char** argv) {
            a.strategy.c_str());
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
   const Precision prec = parse_precision(a.precision);
+  RZ_CHECK(a.grad_reduce_dtype != "bf16" || prec == Precision::bf16,
+           "--grad-reduce-dtype: bf16 needs --precision bf16 (fp32 gradients are reduced in fp32)");
+  const bool wide = prec == Precision::bf16 && a.grad_reduce_dtype == "fp32";
   std::vector<StrategyKind> kinds;
   if (a.strategy == "all")
     kinds.assign(std::begin(kStrategyKinds), std::end(kStrategyKinds));
@@ -218,6 +227,7 @@ int run_memory(int argc, char** argv) {
     in.buckets_in_flight = a.buckets_in_flight;
     in.cpu = a.device == "cpu";
     in.threads = a.threads;
+    in.grad_reduce_fp32 = wide;
     return in;
   };
   if (!a.budget.empty()) {
@@ -266,10 +276,12 @@ int run_memory(int argc, char** argv) {
         // The plan and pools the strategy would build (zero/memory_formula.h).
         StagingPool pool;
         const ExactStateBytes e =
-            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool);
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool,
+                                  wide);
         for (Recompute rc : recomputes) r.plans.push_back(plan_memory(plan_input(k, n, rc)));
         r.staging_buffers = pool.general;
-        r.states = static_cast<double>(e.total() - e.staging - e.gathered);
+        r.states = static_cast<double>(e.total() - e.staging - e.gathered - e.wide);
+        r.wide = static_cast<double>(e.wide);
         r.gathered = static_cast<double>(e.gathered);
         const ExactStateBytes f =
             predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, true);
@@ -285,6 +297,7 @@ int run_memory(int argc, char** argv) {
   if (a.json) {
     nlohmann::json j;
     j["precision"] = precision_name(prec);
+    j["grad_reduce_dtype"] = wide || prec == Precision::fp32 ? "fp32" : "bf16";
     j["params"] = P;
     if (shape) {
       j["model"] = {{"layers", cfg.num_layers}, {"channels", cfg.channels}, {"heads", cfg.num_heads},
@@ -310,13 +323,14 @@ int run_memory(int argc, char** argv) {
                            {"master", tag(r.exact.master, r.ringzero.master)},
                            {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
                            {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
-                           {"comm", shape ? r.staging + double(r.plans[0].ring_work) : 0.0},
+                           {"comm", shape ? r.staging + r.wide + double(r.plans[0].ring_work) : 0.0},
                            {"activations", shape ? r.activations : 0.0},
                            {"workspace", shape ? double(r.plans[0].kernel_scratch) : 0.0}};
       if (shape) {
         // The first --recompute mode's plan (all: none); "by_recompute" has every mode asked.
         const MemoryPlan& p = r.plans[0];
         o["staging_bytes"] = r.staging;
+        o["fp32_reduce_bytes"] = r.wide;
         o["activation_bytes"] = r.activations;
         o["ring_work_bytes"] = p.ring_work;
         o["kernel_scratch_bytes"] = p.kernel_scratch;
@@ -341,9 +355,12 @@ int run_memory(int argc, char** argv) {
                 cfg.max_seq_len, P, precision_name(prec), a.batch, T, a.attention.c_str(), a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", P, precision_name(prec));
-  std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s\n\n",
+  std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s%s\n\n",
               prec == Precision::fp32 ? "fp32 params are the master weights"
-                                      : "bf16 params/grads + fp32 master, m, v");
+                                      : "bf16 params/grads + fp32 master, m, v",
+              prec == Precision::fp32 ? ""
+              : wide                  ? "; gradients reduced in fp32 (--grad-reduce-dtype fp32)"
+                                      : "; gradients reduced in bf16");
   std::printf("%-7s %-32s", "", "bytes/param");
   for (int n : a.nranks) std::printf(" %11s", strfmt("N=%d", n).c_str());
   std::printf("\n");
@@ -368,6 +385,7 @@ int run_memory(int argc, char** argv) {
       }
       if (k == StrategyKind::zero3)
         line("", strfmt("+ gathered (%d layers + emb)", kUnitsInFlight), k, [](const Row& r) { return r.gathered; });
+      if (wide) line("", "+ fp32 reduce buffers", k, [](const Row& r) { return r.wide; });
       for (size_t i = 0; i < recomputes.size(); ++i)
         line("", strfmt("+ activations (recompute %s)", recompute_name(recomputes[i])), k,
              [i](const Row& r) { return double(r.plans[i].activations); });

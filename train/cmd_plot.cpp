@@ -35,6 +35,8 @@ int run_plot(int argc, char** argv) {
   l->add_option("--metrics", loss.metrics, "train --metrics JSONL files (repeatable: compare runs)")->required();
   l->add_option("--label", loss.labels, "a legend label per file (default: the file names)");
   l->add_option("--x", loss.x, "x axis: step or tokens")->check(CLI::IsMember({"step", "tokens"}))->capture_default_str();
+  l->add_option("--smooth", loss.smooth, "draw the training loss as the mean of the last N steps (validation loss as logged)")
+      ->capture_default_str();
   l->add_option("--out", loss.out, "picture to write: .png or .svg")->required();
   l->add_option("--title", loss.title, "title");
 
@@ -57,6 +59,11 @@ int run_plot(int argc, char** argv) {
   t->add_option("--trace", tr.trace, "train --trace (or bench-strategies --trace) JSON file")->required();
   t->add_option("--out", tr.out, "picture to write: .png or .svg")->required();
   t->add_option("--title", tr.title, "title");
+  PrecisionPlotArgs prec;
+  CLI::App* p = app.add_subcommand("precision", "a ring reduction's error against N, bf16 beside fp32 partial sums");
+  p->add_option("--results", prec.results, "comm-bench --check-precision --json output")->required();
+  p->add_option("--out", prec.out, "picture to write: .png or .svg")->required();
+  p->add_option("--title", prec.title, "title");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,7 +75,11 @@ int run_plot(int argc, char** argv) {
                                  : comm.out,
                    {&loss.metrics, &mem.estimates, &mem.measured, &comm.results}, tr.trace);
   std::string script, out;
-  if (l->parsed()) {
+  if (p->parsed()) {
+    out = prec.out;
+    plot_format(out);
+    script = precision_plot_script(prec);
+  } else if (l->parsed()) {
     out = loss.out;
     plot_format(out);
     script = loss_plot_script(loss);
@@ -90,7 +101,7 @@ int run_plot(int argc, char** argv) {
   return 0;
 }
 
-const RegisterCommand kRegister{Command{"plot", "pictures through gnuplot: loss curves, memory by tag, comm bandwidth, trace timelines",
+const RegisterCommand kRegister{Command{"plot", "pictures through gnuplot: loss curves, memory by tag, comm bandwidth, trace timelines, reduction precision",
                                         run_plot, 62}};
 
 }  // namespace

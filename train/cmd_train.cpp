@@ -9,6 +9,7 @@
 #include "comm/launch.h"
 #include "train/command.h"
 #include "train/config.h"
+#include "train/flight.h"
 #include "train/loop.h"
 #include "train/run_paths.h"
 #include "train/timeline.h"
@@ -39,7 +40,14 @@ int run_train(int argc, char** argv) {
     lo.node_rank = cfg.node_rank;
     lo.master_addr = cfg.master_addr;
     lo.master_port = cfg.master_port;
-    return launch_local_ranks(child, lo);
+    // Every rank writes its flight record into one directory; when the job fails that way,
+    // the doctor's summary follows the launcher's own line (comm/flight_doctor.h).
+    const std::string flight_dir = resolve_flight_dir(cfg);
+    setenv("RINGZERO_FLIGHT_DIR", flight_dir.c_str(), 1);
+    const double launched_at = unix_now();
+    const int rc = launch_local_ranks(child, lo);
+    if (rc != 0) print_flight_summary(flight_dir, launched_at);
+    return rc;
   }
   return run_training(cfg);
 }

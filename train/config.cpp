@@ -50,6 +50,8 @@ enum class Allowed {
   attention,     // materialized or flash (model/config.h's Attention)
   bucket_mb,     // zero/'s check of a bucket size
   threads,       // 0, or 1 .. base/checked.h's max_threads()
+  reduce_dtype,  // auto, bf16 or fp32 (--grad-reduce-dtype)
+  spike_metric,  // loss or grad_norm
 };
 
 struct Setting {
@@ -89,6 +91,9 @@ const Setting kSettings[] = {
   {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling"},
   {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping"},
   {"max_consecutive_skips", &TrainConfig::max_consecutive_skips, Allowed::positive, "skip_nonfinite: the run stops with an error after this many steps skipped in a row (the one bound a loss-spike guard shares)"},
+  {"spike_zscore", &TrainConfig::spike_zscore, Allowed::non_negative, "loss-spike guard: skip the update of a step whose loss (spike_metric) is more than this many standard deviations above the mean of the last spike_window accepted steps; skips count against max_consecutive_skips (0: off)"},
+  {"spike_window", &TrainConfig::spike_window, Allowed::positive, "spike guard: accepted steps in its moving window (nothing is skipped until it is full)"},
+  {"spike_metric", &TrainConfig::spike_metric, Allowed::spike_metric, "spike guard: what it watches, loss or grad_norm (the global gradient norm before clipping)"},
   {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients, optimizer state and (zero3) parameters are kept and synchronised (docs/zero.md)"},
   {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)"},
   {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job"},
@@ -98,9 +103,14 @@ const Setting kSettings[] = {
   {"comm", &TrainConfig::comm, Allowed::comm, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; never run on a GPU yet)"},
   {"transport", &TrainConfig::transport, Allowed::transport, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
+  {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)"},
+  {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else a temp dir)"},
+  {"flight_entries", &TrainConfig::flight_entries, Allowed::non_negative, "collectives each rank's flight recorder keeps (0: none)"},
+  {"flight_watchdog", &TrainConfig::flight_watchdog, Allowed::non_negative, "seconds without progress in a collective before a rank writes its flight record (0: never; the comm timeout always does)"},
   {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},
   {"buckets_in_flight", &TrainConfig::buckets_in_flight, Allowed::positive, "zero2: staging buckets reduce-scattering at once"},
   {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, Allowed::any, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
+  {"grad_reduce_dtype", &TrainConfig::grad_reduce_dtype, Allowed::reduce_dtype, "bf16 runs: the dtype gradient buckets travel and are summed in: bf16 (rounded at every ring hop) or fp32 (twice the bytes, rounded once; fp32 reduce buffers); auto: the precision's (docs/comm.md)"},
   {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none)"},
   {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
@@ -192,6 +202,8 @@ std::string allowed_text(const Setting& k) {
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
     case Allowed::threads: return strfmt("0 or 1..%d", max_threads());
+    case Allowed::reduce_dtype: return "auto, bf16 or fp32";
+    case Allowed::spike_metric: return "loss or grad_norm";
   }
   return "";
 }
@@ -242,6 +254,11 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
             RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
                      allowed_text(k).c_str(), v.c_str());
           }
+          if (k.allowed == Allowed::spike_metric)
+            RZ_CHECK(v == "loss" || v == "grad_norm", "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
+          if (k.allowed == Allowed::reduce_dtype)
+            RZ_CHECK(v == "auto" || v == "bf16" || v == "fp32", "expected %s, found '%s'", allowed_text(k).c_str(),
+                     v.c_str());
           if (k.allowed == Allowed::resume)
             RZ_CHECK(v == "no" || v == "yes" || v == "auto", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());
@@ -441,8 +458,11 @@ void check_no_idle_keys(const TrainConfig& c) {
   idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)");
   idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)");
   idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)");
-  idle(c.max_consecutive_skips != d.max_consecutive_skips, c.skip_nonfinite, "max_consecutive_skips",
-       "skip_nonfinite (no step is ever skipped)");
+  const bool guarded = c.spike_zscore > 0;
+  idle(c.max_consecutive_skips != d.max_consecutive_skips, c.skip_nonfinite || guarded, "max_consecutive_skips",
+       "skip_nonfinite or spike_zscore (no step is ever skipped)");
+  idle(c.spike_window != d.spike_window, guarded, "spike_window", "spike_zscore > 0 (the spike guard is off)");
+  idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)");
   idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)");
   idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)");
   const bool staged = c.strategy == StrategyKind::zero2 || c.strategy == StrategyKind::zero3;
@@ -464,6 +484,12 @@ void validate_config(const TrainConfig& c) {
   RZ_CHECK(c.comm_timeout <= kMaxCommTimeoutS, "comm_timeout: expected at most %g seconds (11 days), found %g",
            kMaxCommTimeoutS, c.comm_timeout);
   RZ_CHECK(!c.resuming() || !c.overwrite, "overwrite: cannot be combined with resume");
+  RZ_CHECK(c.flight_entries <= (1 << 24), "flight_entries: expected at most %d collectives, found %d", 1 << 24,
+           c.flight_entries);
+  RZ_CHECK(c.spike_zscore == 0 || c.spike_window >= 2,
+           "spike_window: the spike guard needs a window of at least 2 steps, found %d", c.spike_window);
+  RZ_CHECK(c.grad_reduce_dtype != "bf16" || c.precision == Precision::bf16,
+           "grad_reduce_dtype: bf16 needs precision bf16 (an fp32 run's gradients are reduced in fp32)");
   RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
   check_no_idle_keys(c);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/factory.h"
 #include "model/config.h"
 #include "zero/strategy_options.h"
 
@@ -58,6 +59,9 @@ struct TrainConfig {
   bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
   int max_consecutive_skips = 10; // steps skipped in a row before the run stops (skip_nonfinite; the one
                                   // bound a loss-spike guard shares)
+  double spike_zscore = 0.0;      // loss-spike guard: skip the update of a step this many std above the window's mean; 0 = off
+  int spike_window = 100;         // steps of the spike guard's moving window (accepted steps only)
+  std::string spike_metric = "loss";  // what the spike guard watches: loss | grad_norm
 
   // --- distribution
   StrategyKind strategy = StrategyKind::ddp;
@@ -69,9 +73,14 @@ struct TrainConfig {
   std::string transport = "auto"; // auto | shm | tcp
   std::string comm = "ring";      // ring | mpi (collectives through the MPI library, under mpirun)
   double comm_timeout = 300.0;    // seconds any collective may wait for a peer
+  bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
+  std::string flight_dir;         // flight records (comm/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
+  int flight_entries = static_cast<int>(kFlightEntriesDefault);  // collectives each rank's flight recorder keeps; 0 = off
+  double flight_watchdog = 0.0;   // dump the flight record when a collective made no progress this long (s); 0 = off
   double bucket_mb = StrategyOptions{}.bucket_mb;           // gradient bucket size in MiB
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;  // zero2: staging buckets reduce-scattering at once
   bool grad_shard_fp32 = StrategyOptions{}.grad_shard_fp32;  // zero2 in bf16: owned gradient shard in fp32 instead of bf16
+  std::string grad_reduce_dtype = "auto";  // auto (the precision's) | bf16 | fp32: what gradient buckets travel and are summed in
 
   // --- checkpoints
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none

@@ -25,6 +25,7 @@
 #include "base/stop_signal.h"
 #include "comm/device_ring.h"
 #include "comm/factory.h"
+#include "comm/flight_recorder.h"
 #include "comm/nccl_communicator.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -32,9 +33,11 @@
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/flight.h"
 #include "train/generate.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
 #include "train/timeline.h"
 #include "zero/buckets.h"
@@ -52,6 +55,7 @@ namespace {
 // or a GPU's memory), for rank 0's progress line.
 std::vector<float> gather_peak_mib(HostCollectives& hc, DeviceKind kind) {
   std::vector<float> all(static_cast<size_t>(hc.comm().size()));
+  CommPurpose purpose("peak memory");
   const float mine = static_cast<float>(MemoryTracker::global().peak_total(kind)) / (1024.0f * 1024.0f);
   hc.all_gather(&mine, all.data(), all.size());
   return all;
@@ -104,7 +108,8 @@ class Trainer {
   bool rank0() const { return rank_ == 0; }
   // The loss and the votes are host values: host_comm_ stages them through the device
   // where the communicator takes device buffers only (nccl).
-  float all_reduce_mean(float x) {
+  float all_reduce_mean(float x, const char* purpose) {
+    CommPurpose p(purpose);
     host_comm_->all_reduce(&x, 1, ReduceOp::avg);
     return x;
   }
@@ -130,10 +135,18 @@ class Trainer {
   int last_saved_step_ = -1;
   std::set<std::string> warned_left_;  // paths warn_left named already
   std::string save_error_;             // why the last save failed
-  int stop_sig_ = 0, stop_hit_ = 0;
-  int skipped_in_a_row_ = 0;           // --skip-nonfinite: steps skipped since the last one that trained    // stop_agreed: the signal the ranks stop on, how many it reached
+  int stop_sig_ = 0, stop_hit_ = 0;    // stop_agreed: the signal the ranks stop on, how many it reached
   MetricsWriter metrics_;
   std::unique_ptr<TraceWindow> timeline_;  // --trace
+  // The loss-spike guard (--spike-zscore; train/spike_guard.h) and the skip bound it shares
+  // with --skip-nonfinite (max_consecutive_skips).
+  std::unique_ptr<SpikeGuard> spike_;
+  SpikeMetric spike_metric_ = SpikeMetric::loss;
+  double step_loss_ = 0.0;  // this step's loss, for the guard
+  double spike_z_ = 0.0;    // the guard's z-score of this step
+  int skipped_in_a_row_ = 0;  // updates skipped since the last one that trained (non-finite or spike)
+  int skips_total_ = 0;
+  void arm_spike_guard();
 };
 
 void Trainer::setup() {
@@ -220,6 +233,10 @@ void Trainer::setup() {
   copts.backend = cfg_.comm;
   copts.transport = cfg_.transport;
   copts.timeout_s = cfg_.comm_timeout;
+  copts.debug = cfg_.comm_debug;
+  copts.flight_dir = resolve_flight_dir(cfg_);
+  copts.flight_entries = static_cast<size_t>(cfg_.flight_entries);
+  copts.flight_watchdog_s = cfg_.flight_watchdog;
   if (!device_.is_cpu()) {
     // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
     // collective follows the legacy default stream, which orders it after the CUDA
@@ -249,13 +266,35 @@ void Trainer::setup() {
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
   sopts_.grad_shard_fp32 = cfg_.grad_shard_fp32;
+  sopts_.grad_reduce_fp32 = precision_ == Precision::bf16 && cfg_.grad_reduce_dtype == "fp32";
   sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
   sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
   strategy_ = make_strategy(*model_, *comm_, sopts_);
   host_comm_ = std::make_unique<HostCollectives>(*comm_, model_->backend());
   resize_or_fail(inputs_, static_cast<size_t>(cfg_.batch) * cfg_.seq, "the input batch (B x T tokens)");
   resize_or_fail(targets_, inputs_.size(), "the target batch (B x T tokens)");
+  if (cfg_.spike_zscore > 0) arm_spike_guard();
   rng_.state = cfg_.seed ^ 0x5851f42d4c957f2dull;
+}
+
+// The spike guard decides in the strategy's step gate, after the gradients are reduced and
+// before AdamW, on a value every rank has (the all-reduced loss, or the norm from the same
+// reduced partials); the ranks still vote, so all of them skip or none does.
+void Trainer::arm_spike_guard() {
+  spike_ = std::make_unique<SpikeGuard>(cfg_.spike_window, cfg_.spike_zscore);
+  spike_metric_ = parse_spike_metric(cfg_.spike_metric);
+  strategy_->set_step_gate([this](double grad_norm) {
+    const double v = spike_metric_ == SpikeMetric::loss ? step_loss_ : grad_norm;
+    float vote = spike_->is_spike(v) ? 1.0f : 0.0f;
+    if (world_ > 1) {
+      CommPurpose purpose("spike vote");
+      host_comm_->all_reduce(&vote, 1, ReduceOp::sum);
+    }
+    spike_z_ = spike_->zscore(v);
+    if (vote > 0) return false;
+    spike_->accept(v);
+    return true;
+  });
 }
 
 // Before the rendezvous, on every rank: the directory is writable, and a run that does
@@ -348,7 +387,7 @@ float Trainer::eval_loss() {
     val_->next_batch(inputs_.data(), targets_.data());
     sum += model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
   }
-  return all_reduce_mean(static_cast<float>(sum / cfg_.eval_batches));
+  return all_reduce_mean(static_cast<float>(sum / cfg_.eval_batches), "val loss");
 }
 
 void Trainer::sample(int step) {
@@ -385,6 +424,7 @@ bool Trainer::save(int step) {
       error = e.what();
     }
   };
+  CommPurpose purpose("checkpoint");
   auto all_ok = [&] {  // collective: did every rank succeed so far?
     const float mine = error.empty() ? 0.0f : 1.0f;
     std::vector<float> all(static_cast<size_t>(world_));
@@ -462,6 +502,7 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
 bool Trainer::stop_agreed() {
   const int mine = stop_signal_received();
   float got[2] = {mine == SIGINT ? 1.0f : 0.0f, mine != 0 && mine != SIGINT ? 1.0f : 0.0f};  // ranks hit by each
+  CommPurpose purpose("stop vote");
   if (world_ > 1) host_comm_->all_reduce(got, 2, ReduceOp::sum);
   if (got[0] + got[1] == 0) return false;
   stop_sig_ = mine != 0 ? mine : got[0] > 0 ? SIGINT : SIGTERM;
@@ -496,6 +537,7 @@ int Trainer::stop_after(int step) {
 
 void Trainer::memory_report() {
   // zero/ gathers every rank's counters and sets them beside its strategy's formula.
+  CommPurpose purpose("memory report");
   const MemoryReport report = gather_memory_report(*comm_, *model_, *strategy_);
   if (!rank0()) return;
   print_memory_report(report, stdout);
@@ -535,6 +577,7 @@ int Trainer::run() {
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
     const auto t0 = Clock::now();
+    set_flight_step(s + 1);  // the flight recorder's label for this step's collectives
     comm_->reset_stats();
     timeline_->begin_step(*comm_, s + 1);
     StepRecord rec;
@@ -546,7 +589,7 @@ int Trainer::run() {
       { RZ_TRACE_SCOPE("data"); train_->next_batch(inputs_.data(), targets_.data()); }
       float local;
       { RZ_TRACE_SCOPE("forward"); local = model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq); }
-      const float loss = all_reduce_mean(local);
+      const float loss = all_reduce_mean(local, "loss");
       if (!std::isfinite(loss)) {
         RZ_CHECK(cfg_.skip_nonfinite && micro == 0,
                  "step %d: the loss is %s at micro-step %d%s", s + 1, std::isnan(loss) ? "NaN" : "inf", micro,
@@ -556,9 +599,6 @@ int Trainer::run() {
         rec.skipped = true;
         rec.grad_norm = NAN;  // no backward ran: there is no gradient to measure
         loss_sum = loss * accum_;
-        RZ_CHECK(++skipped_in_a_row_ < cfg_.max_consecutive_skips,
-                 "step %d: the loss is %s again: %d steps in a row were skipped (max_consecutive_skips); the model "
-                 "is not recovering, stopping", s + 1, std::isnan(loss) ? "NaN" : "inf", skipped_in_a_row_);
         break;
       }
       loss_sum += loss;
@@ -567,15 +607,30 @@ int Trainer::run() {
       strategy_->end_micro_step();
     }
     rec.loss = static_cast<float>(loss_sum / accum_);
-    if (!rec.skipped) skipped_in_a_row_ = 0;
     if (!rec.skipped) {
       RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
+      step_loss_ = rec.loss;
       const StepStats st = strategy_->step(static_cast<float>(rec.lr));
       rec.grad_norm = st.grad_norm;
       rec.comm_bytes = st.comm_bytes_sent;
       rec.comm_ms = st.comm_seconds * 1e3;
       rec.overlap = st.comm_overlapped;
+      rec.spike = st.skipped;
+      rec.spike_z = spike_z_;
     }
+    if (rec.skipped || rec.spike) {
+      ++skips_total_;
+      RZ_CHECK(++skipped_in_a_row_ < cfg_.max_consecutive_skips,
+               "step %d: %d steps in a row were skipped (%s; max_consecutive_skips %d): the model is not "
+               "recovering, stopping",
+               s + 1, skipped_in_a_row_,
+               rec.spike ? strfmt("the last one a %s spike, z %.2f", cfg_.spike_metric.c_str(), rec.spike_z).c_str()
+                         : strfmt("the last one's loss %s", std::isnan(rec.loss) ? "NaN" : "inf").c_str(),
+               cfg_.max_consecutive_skips);
+    } else {
+      skipped_in_a_row_ = 0;
+    }
+    rec.skips_total = skips_total_;
     const double step_s = seconds_since(t0);
     rec.step_ms = step_s * 1e3;
     rec.tokens_per_s = tokens_per_step / step_s;
@@ -595,7 +650,7 @@ int Trainer::run() {
       ++steps_timed;
       const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
       const std::string line = format_progress(rec, eta, peaks);
-      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped;
+      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped || rec.spike;
       if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(),
                             rec.val_loss ? strfmt(" | val %.4f", *rec.val_loss).c_str() : "");
       else if (tty) std::printf("\r\033[K%s", line.c_str());

@@ -10,7 +10,8 @@
 //     for micro in 0..accum-1:
 //       forward(next train batch); all_reduce(loss)      (every rank sees a non-finite loss)
 //       backward into strategy.begin_micro_step(micro, accum), scaled 1/accum
-//     strategy.step(lr)                                   (sync, clip, AdamW, params)
+//     strategy.step(lr)                                   (sync, clip, AdamW, params; the spike
+//                                                          guard's gate may skip AdamW)
 //     metrics; eval every n; sample every m; checkpoint every k
 //
 // accum = total_batch_tokens / (B * T * world) and must divide exactly.
@@ -21,6 +22,15 @@
 // non-finite is skipped (no backward, no update; its batches are consumed). A non-finite
 // loss later in a gradient-accumulation window cannot be skipped (the earlier micro-steps'
 // gradients are already in flight in the strategy), so the run stops there too.
+//
+// Loss-spike guard (--spike-zscore; train/spike_guard.h): the strategy's step gate skips
+// the update of a step whose loss (or grad norm) is an outlier over a window of accepted
+// steps, on a reduced value and by vote, so every rank skips the same steps. Skips of
+// either kind count against max_consecutive_skips; at the bound the run stops.
+//
+// Flight recorder: the communicator records every collective, labelled with the step
+// (set_flight_step) and what it is for (CommPurpose); train/flight.h says where the ranks
+// write their records.
 //
 // Resume: the newest complete checkpoint gives master weights, AdamW m, v and t, the step,
 // the loaders' positions and the sampling RNG. With the same world size each rank restores

@@ -73,7 +73,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan p;
   // The plan and pools the strategy would build, zero3's gathered units included.
   p.states = predicted_state_bytes(layout, in.cfg.num_layers, in.kind, in.precision, in.nranks, in.bucket_mb,
-                                   in.buckets_in_flight, in.grad_shard_fp32);
+                                   in.buckets_in_flight, in.grad_shard_fp32, nullptr, in.grad_reduce_fp32);
   ModelOptions mo{in.precision, in.recompute};
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
@@ -82,7 +82,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     // largest bucket's shard; AllReduce (ddp) and AllGather work in place.
     size_t shard = 0;
     for (const Bucket& b : plan.buckets) shard = std::max(shard, b.shard);
-    p.ring_work = shard * pb;
+    p.ring_work = shard * (in.grad_reduce_fp32 ? sizeof(float) : pb);
   }
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
   if (z3) {

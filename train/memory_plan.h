@@ -7,7 +7,8 @@
 //                  gathered units), for the bucket plan the strategy would build;
 //   activations    GPT2::activation_bytes for (B, T) and the recompute mode (logits included);
 //   working        what the step allocates besides: the ring's chunk-sized reduce buffer
-//                  (ReduceScatter of the largest bucket, sharded strategies), and on CPU ranks
+//                  (ReduceScatter of the largest bucket, sharded strategies; in the dtype the
+//                  buckets travel in), and on CPU ranks
 //                  the kernels' per-thread fp32 scratch (bf16 matmuls, attention heads);
 //   start-up       zero3: the model's full parameter buffer, until the strategy takes its
 //                  shard over, next to everything zero3 keeps (its states, owned parameter
@@ -40,6 +41,7 @@ struct MemoryPlanInput {
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
   bool grad_shard_fp32 = false;
+  bool grad_reduce_fp32 = false;  // bf16: buckets reduced in fp32 (--grad-reduce-dtype fp32)
   bool cpu = true;        // CPU ranks: count the CPU kernels' scratch
   int threads = 1;        // OpenMP threads per rank (attention scratch is per thread)
 };

@@ -67,6 +67,11 @@ std::string metrics_json_line(const StepRecord& r) {
   j["comm_ms"] = r.comm_ms;
   j["overlap"] = r.overlap;
   if (r.skipped) j["skipped"] = true;
+  if (r.spike) {
+    j["spike_skipped"] = true;
+    j["spike_zscore"] = num(r.spike_z);
+  }
+  if (r.skips_total > 0) j["skips_total"] = r.skips_total;
   nlohmann::json mem = nlohmann::json::object();
   for (int t = 0; t < kNumMemTags; ++t) mem[mem_tag_name(static_cast<MemTag>(t))] = r.mem_peak_bytes[t];
   mem["total"] = r.mem_peak_total;
@@ -91,6 +96,8 @@ std::string format_progress(const StepRecord& r, double eta_s, const std::vector
                             r.step, r.steps, r.loss, r.lr, r.grad_norm, tps.c_str(), r.step_ms,
                             format_duration(eta_s).c_str());
   if (r.skipped) line += " | SKIPPED (non-finite loss)";
+  if (r.spike) line += std::isfinite(r.spike_z) ? strfmt(" | SKIPPED (spike, z %.1f)", r.spike_z) : " | SKIPPED (spike)";
+  if (r.skips_total > 0) line += strfmt(" | skips %d", r.skips_total);
   if (!rank_peak_mib.empty()) {
     line += " | mem";
     for (size_t i = 0; i < rank_peak_mib.size(); ++i) line += strfmt(" r%zu %.1fM", i, rank_peak_mib[i]);

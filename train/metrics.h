@@ -25,6 +25,9 @@ struct StepRecord {
   double comm_ms = 0.0;
   double overlap = 0.0;            // fraction of gradient sync hidden behind backward
   bool skipped = false;            // non-finite loss, step skipped (--skip-nonfinite)
+  bool spike = false;              // the loss-spike guard skipped this step's update (--spike-zscore)
+  double spike_z = 0.0;            // its z-score (when spike)
+  int skips_total = 0;             // updates skipped so far in this run (non-finite and spikes)
   size_t mem_peak_bytes[kNumMemTags] = {};  // this rank, per tag, since the run started, on the model's device
   size_t mem_peak_total = 0;
 };

@@ -148,12 +148,14 @@ std::string loss_plot_script(const LossPlotArgs& a) {
   RZ_CHECK(a.labels.empty() || a.labels.size() == a.metrics.size(),
            "--label: %zu labels for %zu --metrics files (give one per file or none)", a.labels.size(), a.metrics.size());
   RZ_CHECK(a.x == "step" || a.x == "tokens", "--x: expected step or tokens, found '%s'", a.x.c_str());
+  RZ_CHECK(a.smooth >= 1 && a.smooth <= 100000, "--smooth: expected 1..100000 steps, found %d", a.smooth);
   std::string data, plots;
   for (size_t f = 0; f < a.metrics.size(); ++f) {
     const std::string& path = a.metrics[f];
     const auto lines = lines_of(read_text(path, "--metrics"));
     std::string train, val;
     size_t points = 0;
+    std::vector<double> recent;  // the last a.smooth losses (--smooth)
     for (size_t i = 0; i < lines.size(); ++i) {
       if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = strfmt("%s:%zu", escaped(path).c_str(), i + 1);
@@ -165,7 +167,11 @@ std::string loss_plot_script(const LossPlotArgs& a) {
       const double x = number_at(j, a.x.c_str(), where);
       // null: a skipped (non-finite) step
       if (!field(j, "loss", where).is_null()) {
-        train += strfmt("%.17g %.9g\n", x, number_at(j, "loss", where));
+        recent.push_back(number_at(j, "loss", where));
+        if (recent.size() > static_cast<size_t>(a.smooth)) recent.erase(recent.begin());
+        double mean = 0;
+        for (double v : recent) mean += v;
+        train += strfmt("%.17g %.9g\n", x, mean / static_cast<double>(recent.size()));
         ++points;
       }
       if (j.contains("val_loss") && !j["val_loss"].is_null())
@@ -178,8 +184,9 @@ std::string loss_plot_script(const LossPlotArgs& a) {
                          : std::string("--label");
     const char* colour = kLineColours[f % kLineColours.size()];
     data += strfmt("$train%zu << EOD\n%sEOD\n", f, train.c_str());
+    const std::string what = a.smooth > 1 ? strfmt(" loss (mean of %d steps)", a.smooth) : std::string(" loss");
     plots += strfmt("%s$train%zu using 1:2 with lines lw 2 lc rgb '%s' title %s", plots.empty() ? "" : ", ", f, colour,
-                    gp_string(label + " loss", label_what).c_str());
+                    gp_string(label + what, label_what).c_str());
     if (!val.empty()) {
       data += strfmt("$val%zu << EOD\n%sEOD\n", f, val.c_str());
       plots += strfmt(", $val%zu using 1:2 with linespoints dt 2 lw 2 pt 7 ps 1.2 lc rgb '%s' title %s", f, colour,
@@ -391,6 +398,52 @@ std::string comm_plot_script(const CommPlotArgs& a) {
   s += "set logscale x 2\nset xlabel 'message size (bytes; K, M, G = 2^10, 2^20, 2^30)'\n"
        "set ylabel 'busbw (GB/s)'\nset key top left\nset yrange [0:*]\n";
   return s + "plot " + plots + "\n";
+}
+
+std::string precision_plot_script(const PrecisionPlotArgs& a) {
+  const auto lines = lines_of(read_text(a.results, "--results"));
+  struct Point {
+    int n;
+    double rs_bf16, ar_bf16, rs_fp32, one;
+  };
+  std::vector<Point> pts;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find_first_not_of(" \t\r") == std::string::npos || lines[i][lines[i].find_first_not_of(" \t\r")] == '#')
+      continue;
+    const std::string where = strfmt("%s:%zu", escaped(a.results).c_str(), i + 1);
+    json j = json::parse(lines[i], nullptr, false);
+    RZ_CHECK(!j.is_discarded() && j.is_object() && j.contains("check") && j["check"] == "precision",
+             "%s: expected a line of comm-bench --check-precision --json", where.c_str());
+    Point p{int_at(j, "nranks", where, 2, 1 << 20), number_at(j, "rs_bf16", where), number_at(j, "ar_bf16", where),
+            number_at(j, "rs_fp32", where), number_at(j, "fp32_to_bf16", where)};
+    for (double e : {p.rs_bf16, p.ar_bf16, p.rs_fp32, p.one})
+      RZ_CHECK(e >= 0 && e <= 1e6, "%s: expected relative errors in 0..1e6, found %g", where.c_str(), e);
+    pts.push_back(p);
+  }
+  RZ_CHECK(!pts.empty(), "--results: %s holds no --check-precision lines", shown(a.results).c_str());
+  std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) { return x.n < y.n; });
+  // Zero errors have no place on a log axis: they sit at the floor, 1e-16.
+  auto y = [](double e) { return std::max(e, 1e-16); };
+  std::string rows, tics;
+  for (const Point& p : pts) {
+    // The sqrt(N) reference goes through the first bf16 point.
+    const double ref = pts[0].rs_bf16 * std::sqrt(double(p.n) / pts[0].n);
+    rows += strfmt("%d %.9g %.9g %.9g %.9g %.9g\n", p.n, y(p.rs_bf16), y(p.ar_bf16), y(p.rs_fp32), y(p.one), y(ref));
+    tics += strfmt("%s'%d' %d", tics.empty() ? "" : ", ", p.n, p.n);
+  }
+  std::string s = header(a.out, a.title.empty() ? "ring reduction error against N (real bf16 gradients)" : a.title,
+                         1000, 600);
+  s += "$prec << EOD\n" + rows + "EOD\n";
+  s += "set logscale xy\nset xtics (" + tics + ")\n";
+  s += strfmt("set xrange [%g:%g]\n", pts.front().n / 1.3, pts.back().n * 1.3);
+  s += "set format y '1e%T'\nset xlabel 'ranks N'\n"
+       "set ylabel 'relative L2 error of the mean gradient (vs fp64)'\nset key right center\n";
+  s += "plot $prec using 1:2 with linespoints lw 2 pt 7 lc rgb '#d62728' title 'bf16 partial sums: ReduceScatter', "
+       "$prec using 1:3 with points pt 6 ps 2 lc rgb '#ff7f0e' title 'bf16 partial sums: AllReduce', "
+       "$prec using 1:5 with linespoints lw 2 pt 5 lc rgb '#2ca02c' title 'fp32 partial sums, rounded to bf16 once', "
+       "$prec using 1:4 with linespoints lw 2 pt 9 lc rgb '#1f77b4' title 'fp32 partial sums (fp32 result)', "
+       "$prec using 1:6 with lines dt 2 lw 1 lc rgb '#7f7f7f' title 'sqrt(N), through the first bf16 point'\n";
+  return s;
 }
 
 void run_gnuplot(const std::string& script, const std::string& out_path) {

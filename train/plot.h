@@ -15,6 +15,8 @@
 //   comm    comm-bench results (--json lines, its table, or bench/'s MPI and Gloo tables):
 //           bus bandwidth against message size, one line per file
 //   trace   a train --trace file as a still picture (Perfetto shows it interactively)
+//   precision  comm-bench --check-precision --json: the reduction's relative error against N
+//           for bf16 and fp32 partial sums (log-log), beside one bf16 rounding and sqrt(N)
 #pragma once
 
 #include <string>
@@ -29,6 +31,7 @@ struct LossPlotArgs {
   std::vector<std::string> metrics;  // JSONL files
   std::vector<std::string> labels;   // one per file, or empty (file names)
   std::string x = "step";            // step | tokens
+  int smooth = 1;                    // training loss as the mean of the last `smooth` steps (1: as logged)
   std::string out;
   std::string title;
 };
@@ -58,6 +61,13 @@ struct TracePlotArgs {
 // Each rank's compute and comm rows as boxes against time (ms), one colour per kind of
 // span, and each step's overlap % written above it: a still picture of the timeline.
 std::string trace_plot_script(const TracePlotArgs& a);
+
+struct PrecisionPlotArgs {
+  std::string results;  // comm-bench --check-precision --json output
+  std::string out;
+  std::string title;
+};
+std::string precision_plot_script(const PrecisionPlotArgs& a);
 
 // Runs gnuplot on script; throws a one-line error when gnuplot is missing, fails, or
 // leaves out_path empty.

@@ -6,6 +6,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "comm/flight_recorder.h"
 
 namespace rz {
 
@@ -47,6 +48,7 @@ std::vector<double> all_gather_partials(HostCollectives& hc, double mine) {
   std::vector<double> all(n, 0.0);
   all[comm.rank()] = mine;
   // Each double travels as two fp32 words; the in-place AllGather only copies them.
+  CommPurpose purpose("grad norm");
   hc.all_gather(reinterpret_cast<const float*>(all.data()) + 2 * comm.rank(), reinterpret_cast<float*>(all.data()),
                 2 * static_cast<size_t>(n));
   RZ_CHECK(std::memcmp(&all[comm.rank()], &mine, sizeof mine) == 0,

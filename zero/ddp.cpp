@@ -27,8 +27,21 @@ void* DDPStrategy::grad_ptr(size_t offset, size_t count) { return grads_.at(offs
 
 void DDPStrategy::submit_bucket(int b) {
   const Bucket& bk = plan_.buckets[b];
-  grad_work_.push_back(comm_.all_reduce_async(grads_.bucket(b),
-                                              bk.padded, grad_dtype_, ReduceOp::avg));
+  if (!wide_.enabled()) {
+    grad_work_.push_back(comm_.all_reduce_async(grads_.bucket(b), bk.padded, grad_dtype_, ReduceOp::avg));
+    return;
+  }
+  // fp32 reduction (zero/wide_reduce.h): the bucket travels widened; the average comes back
+  // into the bf16 bucket rounded once.
+  float* wide = nullptr;
+  const int i = widen_bucket(b, grads_.bucket(b), &wide);
+  bf16* g = reinterpret_cast<bf16*>(grads_.bucket(b));
+  OnDone done = OnDone::on_stream([this, i, wide, g, n = bk.padded](void* stream) {
+    Backend::StreamScope on(be_, stream);
+    be_.f32_to_bf16(g, wide, n);
+    wide_.release(i, be_.mark(stream));
+  });
+  grad_work_.push_back(comm_.all_reduce_async(wide, bk.padded, DType::f32, ReduceOp::avg, done));
 }
 
 StepStats DDPStrategy::step(float lr) {
@@ -37,6 +50,7 @@ StepStats DDPStrategy::step(float lr) {
   wait_grad_work();
   // All N partials from the full averaged gradient, in the order the ZeRO ranks use.
   double norm = norm_from_partials(partials_from_full(be_, plan_, grads_.data(), grad_dtype_));
+  if (gate_refuses(norm)) return skipped_stats(norm);
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
   unsigned char* params = static_cast<unsigned char*>(model_.params());

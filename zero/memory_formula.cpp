@@ -32,7 +32,7 @@ PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nrank
 
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
                                   const StagingPool& staging, bool grad_shard_fp32,
-                                  const GatherPool& gathered) {
+                                  const GatherPool& gathered, const WidePool& wide) {
   const size_t pb = precision_bytes(precision);
   const bool bf16 = precision == Precision::bf16;
   const size_t owned = plan.owned_numel();
@@ -62,12 +62,13 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
       e.staging = staging.total_elems() * pb;
       break;
   }
+  e.wide = wide.bytes();
   return e;
 }
 
 ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
-                                      bool grad_shard_fp32, StagingPool* pool_out) {
+                                      bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
   const bool z3 = kind == StrategyKind::zero3;
   const BucketPlan plan = build_bucket_plan(layout, bucket_mb, precision_bytes(precision), nranks, z3);
   // The same pool rules Zero2Strategy and Zero3Strategy allocate by, for the plan they would build.
@@ -75,7 +76,10 @@ ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers,
                                                              : StagingPool{};
   const GatherPool gathered = z3 ? zero3_gather_pool(layout, num_layers) : GatherPool{};
   if (pool_out) *pool_out = pool;
-  return exact_state_bytes(plan, kind, precision, pool, grad_shard_fp32, gathered);
+  // The same rule the strategies allocate their fp32 reduce buffers by (bf16 runs only).
+  const WidePool wide = grad_reduce_fp32 && precision == Precision::bf16 ? wide_reduce_pool(plan, buckets_in_flight)
+                                                                          : WidePool{};
+  return exact_state_bytes(plan, kind, precision, pool, grad_shard_fp32, gathered, wide);
 }
 
 }  // namespace rz

@@ -26,6 +26,10 @@
 // of backward and finished by the embedding at the very end, so that bucket is staged for
 // the whole backward). paper_formula() gives the paper's numbers; ringzero_formula() what
 // ringzero allocates.
+//
+// A bf16 run that reduces its gradients in fp32 (--grad-reduce-dtype fp32) also holds the
+// fp32 reduce buffers of zero/wide_reduce.h (MemTag::comm, every strategy): buckets in
+// flight x the largest padded bucket x 4 bytes (ExactStateBytes::wide).
 #pragma once
 
 #include <cstddef>
@@ -58,22 +62,26 @@ struct ExactStateBytes {
   size_t adam_v = 0;   // MemTag::adam_v
   size_t staging = 0;  // MemTag::comm held by the strategy: zero2's and zero3's staging pool
   size_t gathered = 0;  // zero3: the part of `params` that is gathered-unit buffers (working set)
-  size_t total() const { return params + grads + master + adam_m + adam_v + staging; }
+  size_t wide = 0;      // MemTag::comm: the fp32 reduce buffers of --grad-reduce-dtype fp32 (zero/wide_reduce.h)
+  size_t total() const { return params + grads + master + adam_m + adam_v + staging + wide; }
 };
 // staging: zero2's pool for this plan (Strategy::staging_pool(), or zero2_staging_pool()
 // for a strategy not built); ignored for ddp and zero1.
 // gathered: zero3's working set (Strategy::gather_pool() or zero3_gather_pool()); ignored
 // for the others.
+// wide: the fp32 reduce buffers (Strategy::wide_pool() or wide_reduce_pool()); empty unless
+// a bf16 run reduces in fp32.
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
                                   const StagingPool& staging, bool grad_shard_fp32 = false,
-                                  const GatherPool& gathered = {});
+                                  const GatherPool& gathered = {}, const WidePool& wide = {});
 
 // What a strategy would allocate on one rank for a model shape, without building it: the
 // plan it builds (zero3's cut at units), zero2's / zero3's staging pool, zero3's gathered
 // units. For estimators that loop over kStrategyKinds (`ringzero memory`, the planner).
 ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
-                                      bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr);
+                                      bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr,
+                                      bool grad_reduce_fp32 = false);
 
 
 }  // namespace rz

@@ -42,7 +42,8 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
   rep.formula = ringzero_formula(rep.kind, rep.precision, rep.nranks, strategy.options().grad_shard_fp32);
   rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
   rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32,
-                                   strategy.gather_pool());
+                                   strategy.gather_pool(), strategy.wide_pool());
+  rep.wide_buffers = strategy.wide_pool().buffers;
   rep.recompute = model.recompute();
   rep.activations = model.activation_capacity_bytes();
 
@@ -74,6 +75,11 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   if (r.kind == StrategyKind::zero2 || r.kind == StrategyKind::zero3)
     std::fprintf(out, "  %s staging (comm): %d buckets in flight + 1 reserved for the wte bucket (%s)\n",
                  strategy_name(r.kind), r.pool_size, mb(double(r.wte_bucket_bytes)).c_str());
+  if (r.expected.wide > 0)
+    std::fprintf(out, "  fp32 gradient reduction (comm): %d reduce buffers of the largest bucket (%s)\n", r.wide_buffers,
+                 mb(double(r.expected.wide)).c_str());
+  else if (r.precision == Precision::bf16)
+    std::fprintf(out, "  gradient reduction in bf16 (--grad-reduce-dtype fp32 sums in fp32)\n");
   if (r.kind == StrategyKind::zero3)
     std::fprintf(out, "  zero3 params: owned shard %s + gathered units in flight %s (%d layers + the embeddings)\n",
                  mb(double(r.expected.params - r.expected.gathered)).c_str(), mb(double(r.expected.gathered)).c_str(),
@@ -82,7 +88,7 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
   for (int k = 0; k < r.nranks; ++k) std::fprintf(out, "  %24s", strfmt("rank %d cur / peak", k).c_str());
   std::fprintf(out, "  %14s\n", "formula/rank");
   const size_t expect[kNumMemTags] = {r.expected.params, r.expected.grads, r.expected.master,
-                                      r.expected.adam_m, r.expected.adam_v, r.activations, r.expected.staging, 0};
+                                      r.expected.adam_m, r.expected.adam_v, r.activations, r.expected.staging + r.expected.wide, 0};
   for (int i = 0; i < kNumMemTags; ++i) {
     std::fprintf(out, "  %-12s", mem_tag_name(static_cast<MemTag>(i)));
     for (const RankMemoryCounters& m : r.ranks)
@@ -123,11 +129,14 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   j["num_buckets"] = r.num_buckets;
   j["buckets_in_flight"] = r.pool_size;
   j["wte_bucket_staging_bytes"] = r.wte_bucket_bytes;
+  j["grad_reduce_dtype"] = r.expected.wide > 0 || r.precision == Precision::fp32 ? "fp32" : "bf16";
+  j["fp32_reduce_buffers"] = r.wide_buffers;
   j["bytes_per_param"] = per_param(r.formula);
   j["bytes_per_param_paper"] = per_param(r.paper);
   j["expected_bytes"] = {{"params", r.expected.params}, {"grads", r.expected.grads},
                          {"master", r.expected.master}, {"adam_m", r.expected.adam_m},
                          {"adam_v", r.expected.adam_v}, {"comm_staging", r.expected.staging},
+                         {"comm_fp32_reduce", r.expected.wide},
                          {"params_gathered", r.expected.gathered},
                          {"total", r.expected.total()}, {"activations", r.activations}};
   j["recompute"] = recompute_name(r.recompute);

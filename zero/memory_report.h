@@ -50,6 +50,7 @@ struct MemoryReport {
   size_t num_buckets = 0;
   int pool_size = 0;           // zero2: general staging buffers (plus one reserved for wte's bucket)
   size_t wte_bucket_bytes = 0;  // zero2: the reserved staging buffer
+  int wide_buffers = 0;        // --grad-reduce-dtype fp32: fp32 reduce buffers (expected.wide bytes)
   PerParamBytes formula;       // ringzero's bytes/param
   PerParamBytes paper;         // the ZeRO paper's bytes/param
   ExactStateBytes expected;    // per rank, padding included

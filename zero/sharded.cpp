@@ -5,6 +5,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "comm/flight_recorder.h"
 #include "zero/clip.h"
 
 namespace rz {
@@ -40,6 +41,7 @@ void ShardedStrategy::allocate_moments() {
 StepStats ShardedStrategy::step_owned(const void* owned_grads, DType gdt, float lr) {
   double mine = partial_from_owned(be_, plan_, owned_grads, gdt);
   double norm = norm_from_partials(all_gather_partials(host_comm_, mine));
+  if (gate_refuses(norm)) return skipped_stats(norm);
   float scale = clip_scale(norm, opts_.grad_clip);
   ++t_;
 
@@ -68,6 +70,7 @@ void ShardedStrategy::publish_params() {
   // ceil(numel / N)), and the padding never exists in the params.
   unsigned char* params = static_cast<unsigned char*>(model_.params());
   std::vector<WorkHandle> gathers;
+  CommPurpose purpose("param all-gather");
   const DType pdt = precision_ == Precision::fp32 ? DType::f32 : DType::bf16;
   for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
     const Bucket& bk = plan_.buckets[b];

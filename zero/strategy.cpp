@@ -34,6 +34,15 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
            opts.buckets_in_flight);
   RZ_CHECK(std::isfinite(opts.grad_clip), "gradient clipping threshold: expected a finite number, found %g",
            static_cast<double>(opts.grad_clip));
+  reduce_dtype_ = opts.grad_reduce_fp32 ? DType::f32 : grad_dtype_;
+  if (reduce_dtype_ != grad_dtype_) wide_.allocate(wide_reduce_pool(plan_, opts.buckets_in_flight), be_);
+}
+
+int StrategyCore::widen_bucket(int b, const void* grads, float** wide) {
+  const int i = wide_.acquire(grad_work_, &exposed_s_);
+  *wide = wide_.data(i);
+  be_.bf16_to_f32(*wide, static_cast<const bf16*>(grads), plan_.buckets[b].padded);
+  return i;
 }
 
 GradSink& StrategyCore::begin_micro_step(int micro, int accum) {

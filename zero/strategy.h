@@ -26,6 +26,7 @@
 #include "model/grad_sink.h"
 #include "zero/buckets.h"
 #include "zero/strategy_options.h"
+#include "zero/wide_reduce.h"
 
 namespace rz {
 
@@ -73,7 +74,13 @@ struct StepStats {
   double comm_overlapped = 0.0;    // fraction of the gradient-sync time hidden behind backward (0..1)
   double gather_hidden = 0.0;      // zero3: fraction of the parameter all-gather time hidden behind
                                    // forward and backward (0..1); 0 for the others
+  bool skipped = false;            // the step gate refused the update (no AdamW, parameters unchanged)
 };
+
+// A hook of step(): called with the global gradient norm (the same on every rank) after the
+// gradients are synchronised and before AdamW; false skips this step's update. The
+// loss-spike guard (train/spike_guard.h) uses it; it may issue blocking collectives.
+using StepGate = std::function<bool(double grad_norm)>;
 
 // The optimizer-state arrays a checkpoint holds, in the order it holds them.
 enum class StateArray : int { master = 0, m = 1, v = 2 };
@@ -90,8 +97,10 @@ class Strategy {
   // After backward returned.
   virtual void end_micro_step() = 0;
   // After the last micro-step: finish gradient sync, global-norm clip, AdamW (t += 1) on
-  // what this rank owns, and bring every rank's model.params() up to date.
+  // what this rank owns, and bring every rank's model.params() up to date. With a step gate
+  // that refuses, only the first part: no AdamW, t unchanged, StepStats::skipped.
   virtual StepStats step(float lr) = 0;
+  void set_step_gate(StepGate gate) { gate_ = std::move(gate); }
 
   // --- optimizer state and parameters, for checkpoints. Layout-independent, so a
   // checkpoint written with N ranks resumes with M: each rank saves what it owns, in
@@ -131,6 +140,11 @@ class Strategy {
   virtual const StrategyOptions& options() const = 0;
   virtual StagingPool staging_pool() const { return {}; }
   virtual GatherPool gather_pool() const { return {}; }
+  // --grad-reduce-dtype fp32 in bf16 mode: the fp32 reduce buffers (zero/wide_reduce.h); else empty.
+  virtual WidePool wide_pool() const { return {}; }
+
+ protected:
+  StepGate gate_;  // empty: every update applies
 };
 
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);

@@ -18,9 +18,11 @@
 #include "base/clock.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "comm/flight_recorder.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
 #include "zero/strategy.h"
+#include "zero/wide_reduce.h"
 
 namespace rz {
 
@@ -38,6 +40,7 @@ class StrategyCore : public Strategy, public GradSink {
   void visit_params_f32(const ParamChunkFn* fn) override;
 
   const BucketPlan& bucket_plan() const override { return plan_; }
+  WidePool wide_pool() const override { return wide_.pool(); }
   const StrategyOptions& options() const override { return opts_; }
 
  protected:
@@ -46,6 +49,7 @@ class StrategyCore : public Strategy, public GradSink {
   // submit_bucket(b) with its collectives labelled "bucket b" on the trace's comm track.
   void submit_bucket_labelled(int b) {
     trace::BucketLabel label(b);
+    CommPurpose purpose("gradients");  // the flight recorder's label (comm/flight_recorder.h)
     submit_bucket(b);
   }
   // Called at micro-step 0, before backward: start a new accumulation window.
@@ -62,6 +66,13 @@ class StrategyCore : public Strategy, public GradSink {
   void wait_grad_work();
   // Fills comm bytes/seconds/overlap for the window that ends now.
   StepStats finish_stats(double grad_norm);
+  // True when the step gate refuses this step's update (step() then returns skipped_stats()).
+  bool gate_refuses(double grad_norm) const { return gate_ && !gate_(grad_norm); }
+  StepStats skipped_stats(double grad_norm) {
+    StepStats s = finish_stats(grad_norm);
+    s.skipped = true;
+    return s;
+  }
 
   // One AdamW update (t_ already incremented) of layout elements [lo, hi) of bucket b, one
   // backend call (one launch on a GPU) for all the tensors in it: master (n, fp32; null in
@@ -73,6 +84,10 @@ class StrategyCore : public Strategy, public GradSink {
   // else copied to the host a chunk at a time through `scratch` (allocated on first use).
   void visit_stored_f32(StateArray array, const float* src, size_t n, const StateChunkFn& fn,
                         Buffer<float>& scratch) const;
+
+  // --grad-reduce-dtype fp32 (zero/wide_reduce.h): widens bucket b's bf16 gradients `grads`
+  // (padded elements) into a free fp32 buffer and returns its index; *wide is the buffer.
+  int widen_bucket(int b, const void* grads, float** wide);
 
   GPT2& model_;
   Backend& be_;        // the model's: gradients, shards and optimizer state live on its device
@@ -95,6 +110,8 @@ class StrategyCore : public Strategy, public GradSink {
   double gather_exposed_s_ = 0.0;  // zero3: compute thread blocked on parameter gathers, this window
   bool window_open_ = false;
   CommStats window_start_stats_;
+  DType reduce_dtype_;        // what gradient collectives carry: grad_dtype_, or f32 (grad_reduce_fp32)
+  WideReduceBuffers wide_;    // the fp32 buffers when reduce_dtype_ != grad_dtype_
 };
 
 // The layout elements this rank owns, bucket by bucket (empty ones skipped): owned_ranges().

@@ -32,6 +32,8 @@ struct StrategyOptions {
   int buckets_in_flight = 2;   // zero2: staging buckets reduce-scattering at once (raised when too few; zero2.h)
   bool grad_shard_fp32 = false;  // zero2, bf16 mode: keep the owned gradient shard in fp32
                                  // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
+  bool grad_reduce_fp32 = false;  // bf16 mode: gradient buckets travel and are summed in fp32
+                                  // (--grad-reduce-dtype fp32; zero/wide_reduce.h)
   bool buckets_per_unit = false;  // cut buckets at ZeRO-3's unit boundaries too (zero3 always
                                   // does; the others on request, to compare on zero3's buckets)
   AdamWConfig adamw;

@@ -141,6 +141,7 @@ void Zero2Strategy::submit_bucket(int b) {
     std::lock_guard<std::mutex> lock(mu_);
     sent_[slot] = true;
   }
+  if (wide_.enabled()) return submit_wide(b, slot, owned, first);
   // Folds the reduced shard into the owned gradient (copy on the first micro-step, so a
   // single micro-step is bit-exact), then gives the buffer back. The stream form
   // (comm/communicator.h): with the nccl backend it runs as soon as the reduce-scatter is
@@ -165,6 +166,39 @@ void Zero2Strategy::submit_bucket(int b) {
     released_.notify_all();
   });
   grad_work_.push_back(comm_.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
+}
+
+// --grad-reduce-dtype fp32 (zero/wide_reduce.h): the staging bucket is widened into an fp32
+// buffer and reduce-scattered there in place; the fp32 shard is folded into the owned
+// gradient (fp32: added exactly; bf16: rounded once, then added as the bf16 path adds, the
+// staging buffer, no longer needed, holding the rounded shard), then both buffers go back.
+void Zero2Strategy::submit_wide(int b, int slot, unsigned char* owned, bool first) {
+  const Bucket& bk = plan_.buckets[b];
+  float* wide = nullptr;
+  const int i = widen_bucket(b, slot_data(slot), &wide);
+  float* shard = wide + static_cast<size_t>(rank_) * bk.shard;
+  bf16* narrow = reinterpret_cast<bf16*>(slot_data(slot));  // (shard) scratch once widened
+  const DType odt = owned_dtype_;
+  OnDone done = OnDone::on_stream([this, i, slot, shard, narrow, owned, n = bk.shard, first, odt](void* stream) {
+    Backend::StreamScope on(be_, stream);
+    if (odt == DType::f32) {
+      be_.accumulate_f32(reinterpret_cast<float*>(owned), shard, n, first);
+    } else if (first) {
+      be_.f32_to_bf16(reinterpret_cast<bf16*>(owned), shard, n);
+    } else {
+      be_.f32_to_bf16(narrow, shard, n);
+      be_.accumulate_bf16(reinterpret_cast<bf16*>(owned), narrow, n, false);
+    }
+    std::shared_ptr<void> read = be_.mark(stream);
+    wide_.release(i, read);
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[slot] = false;
+    sent_[slot] = false;
+    read_[slot] = std::move(read);
+    if (slot < pool_size_) free_.push_back(slot);
+    released_.notify_all();
+  });
+  grad_work_.push_back(comm_.reduce_scatter_async(wide, shard, bk.padded, DType::f32, ReduceOp::avg, done));
 }
 
 StepStats Zero2Strategy::step(float lr) {

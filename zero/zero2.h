@@ -49,6 +49,8 @@ class Zero2Strategy : public ShardedStrategy {  // zero3 (zero/zero3.h) extends 
   void submit_bucket(int b) override;
   bool communicates_every_micro_step() const override { return true; }
   int acquire_slot(int b);  // blocks until a buffer is free; returns its index
+  // submit_bucket's fp32 reduction (--grad-reduce-dtype fp32) of bucket b staged in `slot`.
+  void submit_wide(int b, int slot, unsigned char* owned, bool first);
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }
 
   StagingPool pool_;                          // zero2_staging_pool() for this plan

@@ -5,6 +5,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "comm/flight_recorder.h"
 
 namespace rz {
 
@@ -81,6 +82,7 @@ void Zero3Strategy::start_gather(int unit, int slot) {
     // Our shard of bucket b (the communicator's shard_of(numel, N, rank): S_b elements,
     // fewer or none for the last ranks) lands at its place in the unit buffer.
     trace::BucketLabel label(b);
+    CommPurpose purpose("param unit gather");
     sl.work.push_back(comm_.all_gather_async(owned_params_.data() + plan_.owned_offset(b) * grad_bytes_,
                                              sl.data.data() + (bk.begin - unit_begin) * grad_bytes_, bk.numel(),
                                              pdt));

@@ -414,7 +414,7 @@ class CudaBackend final : public Backend {
 
   void f32_to_bf16(bf16* out, const float* in, size_t n) override {
     ctx_->bind();
-    cuda::f32_to_bf16(dev(out), in, n, ctx_->stream);
+    cuda::f32_to_bf16(dev(out), in, n, op_stream());  // a StreamScope's stream too: fp32 reductions narrow there
   }
   void bf16_to_f32(float* out, const bf16* in, size_t n) override {
     ctx_->bind();
@@ -463,7 +463,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // copy, zero and accumulate_*: a StreamScope's stream on this thread, else the compute stream.
+  // copy, zero, accumulate_* and f32_to_bf16: a StreamScope's stream on this thread, else the compute stream.
   cudaStream_t op_stream() const {
     return t_scope_owner == this && t_scope_stream != nullptr ? t_scope_stream : ctx_->stream;
   }

@@ -1,0 +1,55 @@
+// train/flight.cpp: see flight.h.
+#include "train/flight.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/check.h"
+#include "comm/flight_doctor.h"
+
+namespace rz {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+}  // namespace
+
+std::string resolve_flight_dir(const TrainConfig& cfg) {
+  if (!cfg.flight_dir.empty()) return cfg.flight_dir;
+  if (std::string e = env("RINGZERO_FLIGHT_DIR"); !e.empty()) return e;
+  if (!cfg.save_dir.empty()) return (std::filesystem::path(cfg.save_dir) / "flight").string();
+  std::string job = env("SLURM_JOB_ID");
+  if (job.empty()) job = env("OMPI_MCA_ess_base_jobid");
+  if (job.empty() && !env("MASTER_PORT").empty()) job = "port" + env("MASTER_PORT");
+  if (job.empty()) job = strfmt("pid%d", static_cast<int>(getpid()));
+  for (char& c : job)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  std::string tmp = env("TMPDIR");
+  if (tmp.empty()) tmp = "/tmp";
+  return (std::filesystem::path(tmp) / ("ringzero-flight-" + job)).string();
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool print_flight_summary(const std::string& dir, double since) {
+  const DoctorReport rep = diagnose_flight_dir(dir, since);
+  if (rep.records == 0) return false;
+  std::fprintf(stderr, "ringzero: the ranks' flight records (%s; `ringzero doctor %s` reads them again):\n",
+               dir.c_str(), dir.c_str());
+  for (const auto& l : rep.lines) std::fprintf(stderr, "  %s\n", l.c_str());
+  for (const auto& w : rep.warnings) std::fprintf(stderr, "  (%s)\n", w.c_str());
+  return true;
+}
+
+}  // namespace rz
