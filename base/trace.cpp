@@ -154,13 +154,30 @@ void forget_device_clock(DeviceClock* clock) {
   }
 }
 
-Stamp stamp(int rank) {
+namespace {
+
+// A device stamp from the rank's clock: on its compute stream (stream null) or on `stream`.
+Stamp stamp_with(int rank, void* stream, bool on_stream) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> l(r.mu);
   auto it = r.clocks.find(rank);
   if (it == r.clocks.end()) return Stamp{since_zero_us(r), -1};
+  DeviceClock* clock = it->second.clock;
+  const uint64_t ticket = on_stream ? clock->stamp_on(stream) : clock->stamp();
   ++r.in_hand;
-  return Stamp{0.0, int64_t(it->second.clock->stamp())};
+  return Stamp{0.0, int64_t(ticket)};
+}
+
+}  // namespace
+
+Stamp stamp(int rank) { return stamp_with(rank, nullptr, false); }
+Stamp stamp_on(int rank, void* stream) { return stamp_with(rank, stream, true); }
+
+void drop(Stamp s) {
+  if (s.ticket < 0) return;
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> l(r.mu);
+  r.in_hand -= std::min<size_t>(r.in_hand, 1);
 }
 
 void span(int rank, Track track, const std::string& name, Stamp begin, Stamp end, const std::string& args_json) {

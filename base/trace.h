@@ -63,8 +63,9 @@ void counter(int rank, const std::string& name, double ts_us, double value);
 // cover when the device ran the work they enclose. resolve() turns the stamps into this
 // clock's microseconds (origin: the moment start() found the device idle); train/timeline
 // calls it at the end of every traced step, and rank_events_json before writing. A rank
-// without a clock (every CPU rank) records host time exactly as before. Comm-track spans
-// stay host time (the ring's comm thread waits for its copies; NCCL's are enqueue times).
+// without a clock (every CPU rank) records host time exactly as before. On the comm track,
+// --comm nccl stamps its collectives on the comm stream (stamp_on), so they are device time
+// too; the ring's spans stay host time (its comm thread waits for its own copies).
 class DeviceClock {
  public:
   virtual ~DeviceClock() = default;
@@ -73,6 +74,9 @@ class DeviceClock {
   // Queues a timestamp after the work queued so far; returns its ticket (0, 1, 2, ...
   // since the last recycle()).
   virtual uint64_t stamp() = 0;
+  // The same on another stream of this device (a cudaStream_t, or the simulated device's
+  // sim::Stream): the ticket's time is when that stream reaches it.
+  virtual uint64_t stamp_on(void* stream) = 0;
   // Microseconds from the origin to the ticket's timestamp; waits for the device to reach it.
   virtual double since_origin_us(uint64_t ticket) = 0;
   // Every ticket so far was resolved: the next stamp() may reuse their resources.
@@ -95,6 +99,11 @@ struct Stamp {
 // span (as one of its ends) or one counter: the clock recycles tickets once every stamp
 // given out is in an event and resolved.
 Stamp stamp(int rank);
+// The same on `stream` of the rank's device (DeviceClock::stamp_on); host time without a clock.
+Stamp stamp_on(int rank, void* stream);
+// Gives back a stamp that will go into no event (its span was abandoned by an error), so
+// the rank's clock can recycle its tickets.
+void drop(Stamp s);
 void span(int rank, Track track, const std::string& name, Stamp begin, Stamp end, const std::string& args_json = {});
 void counter(int rank, const std::string& name, Stamp at, double value);
 // Resolves every device stamp recorded so far (waiting for the devices to reach them), then

@@ -49,6 +49,19 @@ std::string host_identity() {
 // Where rank 0's store listens: the master address itself when it is an IPv4 literal or a
 // loopback name (so a loopback job never listens on the network); all interfaces for
 // another host name, whose local resolution may differ from the other nodes' (127.0.1.1).
+// The host ring inside the simulated NCCL (comm/nccl_calls_sim.cpp) is NCCL's machinery,
+// not a second communicator of the rank: its collectives are already the NCCL
+// communicator's flight entries and trace spans, so it keeps neither of its own (its
+// rank<R>.json would overwrite the NCCL one's).
+CommOptions sim_nccl_ring_options(const CommOptions& opts) {
+  CommOptions o = opts;
+  o.device_buffers = false;
+  o.flight_entries = 0;
+  o.flight_watchdog_s = 0.0;
+  o.trace_spans = false;
+  return o;
+}
+
 std::string store_bind_host(const std::string& master_addr) {
   in_addr a{};
   if (inet_pton(AF_INET, master_addr.c_str(), &a) == 1) return master_addr;
@@ -173,7 +186,7 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
   };
   if (env.world_size == 1 && nccl) {
     std::unique_ptr<NcclCalls> calls;
-    if (sim) calls = make_sim_nccl_calls(std::make_unique<RingCommunicator>(0, 1, "shm", nullptr, opts));
+    if (sim) calls = make_sim_nccl_calls(std::make_unique<RingCommunicator>(0, 1, "shm", nullptr, sim_nccl_ring_options(opts)));
     return make_nccl_communicator(env, opts, nullptr, nullptr, std::move(calls));
   }
   if (env.world_size == 1 && cuda_ring) {
@@ -211,9 +224,8 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
   store.set(strfmt("host/%d", env.rank), host_identity());
   if (nccl) {
     // The simulated NCCL's collectives run on a host ring of these processes.
-    CommOptions host_opts = opts;
-    host_opts.device_buffers = false;
-    return make_nccl_communicator(env, opts, &store, server, make_sim_nccl_calls(connect_host_ring(env, host_opts, store)));
+    return make_nccl_communicator(env, opts, &store, server,
+                                  make_sim_nccl_calls(connect_host_ring(env, sim_nccl_ring_options(opts), store)));
   }
   if (cuda_ring) {
     // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):

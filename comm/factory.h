@@ -38,6 +38,7 @@ struct CommOptions {
   void* cuda_stream = nullptr;      // nccl, ring with device_buffers: the cudaStream_t that produces the buffers; null: the legacy default stream
   bool device_buffers = false;      // ring: the buffers are GPU memory, so the ring runs over its cuda transport (one host: CUDA IPC; several, or tcp: staged through pinned host memory)
   bool sim_device = false;          // nccl, ring with device_buffers: the buffers are the simulated device's (--device sim, base/sim_device.h): the cuda transport and nccl run over their simulated calls
+  bool trace_spans = true;          // ring: a --trace comm-track span per collective (off for the ring inside the simulated NCCL, whose collectives are NCCL's spans)
 };
 
 // The identity of this process as a rank, read from the environment. The rank, world size

@@ -13,6 +13,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/trace.h"
 #include "comm/comm_thread.h"
 #include "comm/fingerprint.h"
 #include "comm/flight_recorder.h"
@@ -292,8 +293,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Posts the collective and waits for it (wait_request); the flight recorder sees its
-  // start, and its end or failure.
-  void execute(const Op& o, uint64_t seq) {
+  // start, and its end or failure; --trace, a comm-track span (host time). bucket: the
+  // issuing thread's trace::bucket().
+  void execute(const Op& o, uint64_t seq, int bucket) {
     RZ_CHECK(broken_.empty(), "%s (the communicator is unusable after this error)", broken_.c_str());
     auto t0 = std::chrono::steady_clock::now();
     flight_.start(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
@@ -326,6 +328,14 @@ class MpiCommunicator final : public Communicator {
     c.bytes_sent += o.bytes;
     c.bytes_recv += o.bytes;
     c.seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (trace::enabled()) {
+      const double dur = std::chrono::duration<double, std::micro>(t1 - t0).count();
+      std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
+                                static_cast<unsigned long long>(o.bytes), static_cast<unsigned long long>(o.fp.count),
+                                dtype_name(static_cast<DType>(o.fp.dtype)), static_cast<unsigned long long>(seq));
+      if (bucket >= 0) args += strfmt(",\"bucket\":%d", bucket);
+      trace::span(rank_, trace::Track::comm, collective_name(o.kind), trace::now_us() - dur, dur, args);
+    }
   }
 
   uint64_t issue(const Op& o, int64_t t_ns = 0) {
@@ -334,16 +344,18 @@ class MpiCommunicator final : public Communicator {
 
   void run_blocking(Op o) {
     const uint64_t seq = issue(o);
-    comm_thread_.run_blocking([&] { execute(o, seq); });
+    const int bucket = trace::bucket();
+    comm_thread_.run_blocking([&] { execute(o, seq, bucket); });
   }
 
   WorkHandle enqueue(Op o, OnDone on_done) {
     const uint64_t seq = issue(o, FlightRecorder::now_ns());
     auto work = std::make_shared<MpiWork>();
-    comm_thread_.enqueue([this, o = std::move(o), on_done = std::move(on_done), work, seq] {
+    const int bucket = trace::bucket();
+    comm_thread_.enqueue([this, o = std::move(o), on_done = std::move(on_done), work, seq, bucket] {
       std::exception_ptr err;
       try {
-        execute(o, seq);
+        execute(o, seq, bucket);
         if (on_done) on_done.run_after();
       } catch (...) {
         err = std::current_exception();

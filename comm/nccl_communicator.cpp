@@ -14,6 +14,7 @@
 
 #include "base/check.h"
 #include "base/sim_device.h"
+#include "base/trace.h"
 #include "comm/nccl_calls.h"
 #include "comm/fingerprint.h"
 #include "comm/flight_recorder.h"
@@ -315,24 +316,39 @@ class NcclCommunicator final : public Communicator {
     const CollectiveKind kind = static_cast<CollectiveKind>(fp.kind);
     fp.seq = flight_.issue(kind, static_cast<DType>(fp.dtype), fp.count, fp.op, fp.root, FlightRecorder::now_ns());
     auto work = std::make_shared<NcclWork>(kind, fp.seq, bytes, std::move(on_done));
+    // --trace: the span's ends are stamps on the comm stream (device time on a GPU rank,
+    // base/trace.h), from where the stream may start the collective to where it has done it.
+    const bool traced = trace::enabled();
+    trace::Stamp t0, t1;
     try {
       cuda("cudaSetDevice", api_->set_device(dev_));
       cuda("cudaEventRecord(input stream)", api_->event_record(in_event_, in_stream_));
       cuda("cudaStreamWaitEvent", api_->stream_wait_event(stream_, in_event_));
+      if (traced) t0 = trace::stamp_on(rank_, stream_);
       if (opts_.debug && nranks_ > 1) check_fingerprint(fp);
       enqueue();
+      if (traced) t1 = trace::stamp_on(rank_, stream_);
       // A stream-form OnDone queues its work right behind the collective; the handle's
       // event below then covers both.
       if (work->on_done.stream_form()) work->on_done.run_queued(stream_);
       cuda("cudaEventCreateWithFlags", api_->event_create(&work->event));
       cuda("cudaEventRecord(comm stream)", api_->event_record(work->event, stream_));
     } catch (const std::exception& e) {  // a CUDA or NCCL call, the fingerprints, or the stream-form OnDone
+      trace::drop(t0);
+      trace::drop(t1);
       if (work->event != nullptr) api_->event_destroy(work->event);
       const auto* fe = dynamic_cast<const FingerprintError*>(&e);
       FlightMismatch m;
       if (fe != nullptr) m = flight_mismatch(fe->mine, fe->theirs, fe->peer);
       break_locked(*work, e.what(), fe != nullptr ? &m : nullptr);
       throw Error(broken_);
+    }
+    if (traced) {
+      std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
+                                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(fp.count),
+                                dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(fp.seq));
+      if (trace::bucket() >= 0) args += strfmt(",\"bucket\":%d", trace::bucket());
+      trace::span(rank_, trace::Track::comm, collective_name(kind), t0, t1, args);
     }
     work->issued = std::chrono::steady_clock::now();
     flight_.start(work->seq, FlightRecorder::now_ns());  // on the comm stream: NCCL's progress is not visible

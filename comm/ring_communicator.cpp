@@ -113,7 +113,7 @@ void RingCommunicator::execute(CollectiveKind kind, uint64_t seq, Fingerprint fp
   c.bytes_sent += ctx.bytes_sent;
   c.bytes_recv += ctx.bytes_recv;
   c.seconds += std::chrono::duration<double>(t1 - t0).count();
-  if (trace::enabled()) trace_collective(kind, fp, seq, ctx.bytes_sent, t0);
+  if (opts_.trace_spans && trace::enabled()) trace_collective(kind, fp, seq, ctx.bytes_sent, t0);
 }
 
 void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& fp, uint64_t seq, uint64_t bytes_sent,

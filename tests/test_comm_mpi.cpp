@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -176,6 +177,24 @@ TEST_CASE("mpirun -np 2 ringzero train --comm mpi matches the ring's losses for 
       CHECK(std::fabs(a[i] - b[i]) <= 1e-5 * std::fabs(a[i]));
     }
   }
+  // --trace over MPI: each rank's collectives on its comm track, the gradient buckets named.
+  const fs::path trace = work_dir() / "mpi_trace.json";
+  Result traced = shell(mpirun(2) + binary() + common + "--strategy zero2 --comm mpi --trace " + quote(trace.string()) +
+                        " --trace-steps 2:3");
+  INFO(traced.output);
+  REQUIRE(traced.status == 0);
+  std::ifstream tin(trace);
+  const auto tj = nlohmann::json::parse(tin);
+  std::map<int, int> comm_spans;
+  bool bucket_named = false;
+  for (const auto& e : tj["traceEvents"]) {
+    if (e["ph"] != "X" || e["tid"] != 2) continue;
+    comm_spans[e["pid"].get<int>()] += 1;
+    if (e.contains("args") && e["args"].contains("bucket")) bucket_named = true;
+  }
+  CHECK(comm_spans[0] >= 4);  // two steps: reduce-scatters, all-gathers, the loss
+  CHECK(comm_spans[1] == comm_spans[0]);
+  CHECK(bucket_named);
   // --comm mpi needs mpirun's ranks: ringzero's own launcher cannot start them.
   Result own = shell(binary() + common + "--strategy ddp --comm mpi --nproc-per-node 2", 120);
   CHECK(own.status != 0);

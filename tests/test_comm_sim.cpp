@@ -28,6 +28,7 @@
 
 #include "base/memory.h"
 #include "base/sim_device.h"
+#include "base/trace.h"
 #include "comm/factory.h"
 #include "comm/nccl_calls.h"
 #include "comm/device_ring.h"
@@ -86,7 +87,10 @@ SimNcclRanks make_ranks(int N, double timeout_s = 30.0) {
   CommOptions opts;
   opts.timeout_s = timeout_s;
   opts.segment_bytes = 1024;  // several segments per collective
-  auto rings = make_thread_communicators(N, opts);
+  CommOptions ring_opts = opts;  // as comm/factory.cpp's sim_nccl_ring_options: NCCL's machinery
+  ring_opts.flight_entries = 0;
+  ring_opts.trace_spans = false;
+  auto rings = make_thread_communicators(N, ring_opts);
   R.comms.resize(N);
   auto errors = run_ranks(N, [&](int r) {
     RankEnv env;
@@ -367,4 +371,55 @@ TEST_CASE("nccl on the simulated device: a rank that never joins fails the other
   CHECK(error.find("rank 0: all_reduce #1 (nccl): ") == 0);
   // Every later call repeats the error.
   CHECK_THROWS_WITH(R.comms[0]->barrier(), Catch::Contains("rank 0: all_reduce #1 (nccl)"));
+}
+
+namespace {
+
+// A device clock that notes the stream of every stamp (null: the compute stream) and
+// reads stamp k as 10 k microseconds after its origin.
+struct StreamNotingClock : trace::DeviceClock {
+  std::vector<void*> streams;  // by ticket; the trace recorder's lock orders the calls
+  void set_origin() override {}
+  uint64_t stamp() override { return stamp_on(nullptr); }
+  uint64_t stamp_on(void* stream) override {
+    streams.push_back(stream);
+    return streams.size() - 1;
+  }
+  double since_origin_us(uint64_t ticket) override { return 10.0 * double(ticket); }
+  void recycle() override { streams.clear(); }
+};
+
+}  // namespace
+
+TEST_CASE("nccl on the simulated device: --trace spans are stamps on the comm stream", "[comm][sim][trace]") {
+  const int N = 2;
+  const size_t count = 1001;
+  SimNcclRanks R = make_ranks(N);
+  std::vector<StreamNotingClock> clocks(N);
+  for (int r = 0; r < N; ++r) trace::set_device_clock(r, &clocks[r]);
+  trace::start();
+  std::vector<std::vector<void*>> seen(N);
+  auto errors = run_ranks(N, [&](int r) {
+    DevTensor buf(DType::f32, count), out(DType::f32, count);
+    R.comms[r]->all_reduce(buf.data(), count, DType::f32, ReduceOp::sum);
+    trace::set_bucket(3);
+    R.comms[r]->reduce_scatter_async(buf.data(), out.data(), count, DType::f32, ReduceOp::sum)->wait();
+    trace::set_bucket(-1);
+    R.comms[r]->all_gather(out.data(), buf.data(), count, DType::f32);
+  });
+  for (auto& e : errors) CHECK(e == "");
+  for (int r = 0; r < N; ++r) seen[r] = clocks[r].streams;  // before resolve() recycles them
+  trace::resolve();
+  trace::stop();
+  for (int r = 0; r < N; ++r) {
+    INFO("rank " << r);
+    CHECK(trace::count_spans(r, trace::Track::comm) == 3);
+    REQUIRE(seen[r].size() == 6);  // two ends per collective, all on the one comm stream
+    for (void* s : seen[r]) CHECK((s != nullptr && s == seen[r][0]));
+    const std::string ev = trace::rank_events_json(r);
+    CHECK(ev.find("\"name\":\"reduce_scatter\"") != std::string::npos);
+    CHECK(ev.find("\"bucket\":3") != std::string::npos);
+    CHECK(ev.find("\"dur\":10.000") != std::string::npos);  // tickets 2k and 2k + 1
+    trace::set_device_clock(r, nullptr);
+  }
 }

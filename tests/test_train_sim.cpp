@@ -10,6 +10,7 @@
 // Also: accumulation, eval, sampling, save and resume, and that GPU ranks do not claim
 // their parameters sit in shared memory (issue 24 items 2 and 5); and `verify`, `sample`
 // and `bench-step` on the simulated device.
+#include <map>
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -212,6 +213,19 @@ TEST_CASE("GPU ranks do not claim shared-memory parameters; zero3 stays on CPU r
   std::ifstream tin(trace);
   const auto tj = nlohmann::json::parse(tin);
   CHECK(tj["traceEvents"].size() > 10);
+  // The simulated device has a DeviceClock, as a GPU: compute spans are its stamps, and
+  // every rank's collectives are comm-track spans stamped on the comm stream.
+  std::map<int, int> comm_spans, compute_spans;
+  for (const auto& e : tj["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    REQUIRE(e["dur"].get<double>() >= 0.0);
+    (e["tid"] == 2 ? comm_spans : compute_spans)[e["pid"].get<int>()] += 1;
+  }
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(comm_spans[r] >= 2);  // at least the gradients' AllReduce and the loss, per step
+    CHECK(compute_spans[r] >= 2);
+  }
   const Run z3 = train("zero3_sim", common(2, "zero3", "fp32") + " --device sim", false);
   CHECK(z3.out.status != 0);
   CHECK(z3.out.output.find("zero3 runs on CPU ranks only") != std::string::npos);

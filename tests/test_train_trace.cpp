@@ -253,6 +253,11 @@ struct FakeDeviceClock : rz::trace::DeviceClock {
   std::vector<uint64_t> read;
   void set_origin() override { ++origins; }
   uint64_t stamp() override { return next++; }
+  std::vector<void*> streams;  // stamp_on's, in order
+  uint64_t stamp_on(void* stream) override {
+    streams.push_back(stream);
+    return next++;
+  }
   double since_origin_us(uint64_t ticket) override {
     REQUIRE(ticket < next);
     read.push_back(ticket);

@@ -284,7 +284,8 @@ class CudaOps final : public Ops<E> {
   CudaContext* ctx_;
 };
 
-// `--trace` on this GPU (base/trace.h): timing events on the compute stream. The origin is
+// `--trace` on this GPU (base/trace.h): timing events on the compute stream (and on the
+// nccl comm stream, stamp_on). The origin is
 // an event recorded once the stream is idle and waited for, so "now" on the host is its
 // device time; a stamp's time is cudaEventElapsedTime from it (about 0.5 us resolution).
 // Events are created as stamps need them and reused after recycle().
@@ -307,14 +308,17 @@ class CudaTraceClock final : public trace::DeviceClock {
     CUDA_CHECK(cudaEventRecord(origin_, ctx_->stream));
     CUDA_CHECK(cudaEventSynchronize(origin_));
   }
-  uint64_t stamp() override {
+  uint64_t stamp() override { return stamp_on(ctx_->stream); }
+  // Any stream of this device (--comm nccl's comm stream): cudaEventElapsedTime measures
+  // between events of different streams of one device.
+  uint64_t stamp_on(void* stream) override {
     ctx_->bind();
     if (used_ == events_.size()) {
       cudaEvent_t e = nullptr;
       CUDA_CHECK(cudaEventCreate(&e));  // with timing (the default flags)
       events_.push_back(e);
     }
-    CUDA_CHECK(cudaEventRecord(events_[used_], ctx_->stream));
+    CUDA_CHECK(cudaEventRecord(events_[used_], static_cast<cudaStream_t>(stream)));
     return used_++;
   }
   double since_origin_us(uint64_t ticket) override {

@@ -5,11 +5,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "base/check.h"
 #include "base/sim_device.h"
+#include "base/trace.h"
 
 namespace rz {
 namespace {
@@ -115,10 +120,80 @@ class SimOps final : public Ops<E> {
 thread_local const void* t_scope_owner = nullptr;
 thread_local sim::Stream* t_scope_stream = nullptr;
 
+// `--trace` on the simulated device: the CUDA backend's DeviceClock contract, so the
+// timeline's device-time path (tickets, resolve, recycle) runs in CI. The compute stream
+// has always finished, so a stamp on it is the host clock now; a stamp on a sim::Stream
+// (the simulated NCCL's comm stream) is a closure queued there that reads the clock when
+// the stream reaches it, as a CUDA event is.
+class SimTraceClock final : public trace::DeviceClock {
+ public:
+  ~SimTraceClock() override { trace::forget_device_clock(this); }
+
+  void set_origin() override {
+    std::lock_guard<std::mutex> l(mu_);
+    origin_ = Clock::now();
+  }
+  uint64_t stamp() override { return stamp_on(nullptr); }
+  uint64_t stamp_on(void* stream) override {
+    auto at = std::make_shared<Slot>();
+    if (stream == nullptr) at->set(Clock::now());
+    else static_cast<sim::Stream*>(stream)->enqueue([at] { at->set(Clock::now()); });  // shared: may run late
+    std::lock_guard<std::mutex> l(mu_);
+    slots_.push_back(std::move(at));
+    return slots_.size() - 1;
+  }
+  double since_origin_us(uint64_t ticket) override {
+    std::shared_ptr<Slot> at;
+    Clock::time_point origin;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      RZ_CHECK(ticket < slots_.size(), "trace: device stamp %llu was never taken", (unsigned long long)ticket);
+      at = slots_[ticket];
+      origin = origin_;
+    }
+    return std::chrono::duration<double, std::micro>(at->get() - origin).count();
+  }
+  void recycle() override {
+    std::lock_guard<std::mutex> l(mu_);
+    slots_.clear();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // One stamp's time, set once (by the stream's thread when it reaches the stamp); a
+  // stream runs every closure it was given, after an abort too, so get() returns.
+  class Slot {
+   public:
+    void set(Clock::time_point t) {
+      std::lock_guard<std::mutex> l(mu_);
+      t_ = t;
+      set_ = true;
+      cv_.notify_all();
+    }
+    Clock::time_point get() {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return set_; });
+      return t_;
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    Clock::time_point t_;
+    bool set_ = false;
+  };
+  std::mutex mu_;
+  Clock::time_point origin_ = Clock::now();
+  std::vector<std::shared_ptr<Slot>> slots_;  // by ticket, since the last recycle()
+};
+
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(int index)
       : Backend(std::make_unique<SimOps<float>>(), std::make_unique<SimOps<bf16>>()), index_(index) {}
+  ~SimBackend() override { clock_.reset(); }
+
+  trace::DeviceClock* trace_clock() override { return clock_.get(); }
 
   Device device() const override { return Device{DeviceKind::sim, index_}; }
   std::string name() const override {
@@ -211,6 +286,7 @@ class SimBackend final : public Backend {
   }
 
   const int index_;
+  std::unique_ptr<SimTraceClock> clock_ = std::make_unique<SimTraceClock>();
 };
 
 #undef DEV
