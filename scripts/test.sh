@@ -6,7 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 rc=0
-ctest --test-dir build --output-on-failure --timeout 900 || rc=$?
+# One test per core at a time: the tests that start ranks wait more than they compute,
+# and the sanitizer stage below runs the same suite this way.
+ctest --test-dir build -j "$(nproc)" --output-on-failure --timeout 900 || rc=$?
 paths=$(sed -n 's/^cpu matmul path //p' build/Testing/Temporary/LastTest.log 2>/dev/null | paste -sd ';' | sed 's/;/; /g')
 echo "ringzero: CPU matmul paths: ${paths:-none reported (test_cpu_path_* did not run)}"
 [ "$rc" = 0 ] || exit "$rc"
