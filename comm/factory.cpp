@@ -72,7 +72,6 @@ std::string store_bind_host(const std::string& master_addr) {
 }  // namespace
 
 #ifndef RINGZERO_HAVE_MPI
-bool mpi_backend_built() { return false; }
 std::unique_ptr<Communicator> connect_mpi_communicator(const RankEnv&, const CommOptions&) {
   RZ_FAIL("comm mpi: this ringzero was built without MPI (install openmpi-bin libopenmpi-dev and reconfigure; "
           "CMake option RINGZERO_MPI)");

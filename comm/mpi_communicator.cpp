@@ -21,8 +21,6 @@
 
 namespace rz {
 
-bool mpi_backend_built() { return true; }
-
 namespace {
 
 // ---- process-wide MPI state: initialized once, finalized with the last communicator ----

@@ -23,9 +23,6 @@
 
 namespace rz {
 
-// True when this build has the MPI backend (CMake option RINGZERO_MPI).
-bool mpi_backend_built();
-
 // Initializes MPI (once per process; finalized when the last communicator goes) and
 // returns a communicator over all of mpirun's ranks. env, read from the environment,
 // must agree with MPI's rank and size (it does under mpirun: OMPI_COMM_WORLD_*).

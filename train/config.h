@@ -71,7 +71,7 @@ struct TrainConfig {
   std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
-  std::string comm = "ring";      // ring | mpi (collectives through the MPI library, under mpirun)
+  std::string comm = "ring";      // ring | mpi (the MPI library, under mpirun) | nccl (GPU ranks)
   double comm_timeout = 300.0;    // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
   std::string flight_dir;         // flight records (comm/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
@@ -118,7 +118,7 @@ const std::vector<ConfigKey>& config_keys();
 // Sets one key from its text form (a flag's value) and checks it against the key's allowed
 // values. Throws "key: expected ..., found ..." naming the key and the value.
 void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value);
-// Current value of a key as text (for the table and the checkpoint's config.json).
+// Current value of a key as text, in the form set_config_value reads (tests round-trip it).
 std::string get_config_value(const TrainConfig& cfg, const std::string& key);
 
 // Applies a TOML file. Throws "FILE:LINE: key: ..." for unknown keys and bad values.

@@ -42,7 +42,6 @@ class MetricsWriter {
   // append: keep what an interrupted run wrote (resume); otherwise start the file anew.
   // keep_through_step >= 0 (with append): drop the records after that step first.
   void open(const std::string& path, bool append, int keep_through_step = -1);
-  bool is_open() const { return f_ != nullptr; }
   void write(const StepRecord& r);
 
  private:

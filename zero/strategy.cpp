@@ -1,5 +1,5 @@
-// zero/strategy.cpp: strategy names, the shared core (bucket cursor, accounting, AdamW
-// call), and make_strategy.
+// zero/strategy.cpp: the core every strategy shares (bucket cursor, accounting, the AdamW
+// call), the owned layout ranges, and make_strategy.
 #include "zero/strategy.h"
 
 #include <algorithm>
