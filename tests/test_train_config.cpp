@@ -90,6 +90,36 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   CHECK(error_of([&] { parse({bad_float}, cfg); }).find(":1: batch: expected an int, found a float") != std::string::npos);
   const std::string syntax = write_temp("e.toml", "lr = = 3\n");
   CHECK(error_of([&] { parse({syntax}, cfg); }).find(syntax + ":1: TOML syntax error") == 0);
+  // A table header that starts with no key character: toml++ 3.3 asserts on it (the fuzzer
+  // found it; this aborted the debug and sanitizer builds), ringzero names it.
+  const std::string header = write_temp("f.toml", "steps = 3\n[/able]\nx = 1\n");
+  CHECK(error_of([&] { parse({header}, cfg); }).find(header + ":2: TOML syntax error") == 0);
+  // Non-ASCII text outside strings and comments (toml++ 3.3 reaches __builtin_unreachable
+  // classifying some of it as whitespace) is refused with its line; inside them it is text.
+  const std::string nbsp = write_temp("g.toml", "steps = 3\n\nlr\xc2\xa1= 1e-3\n");
+  CHECK(error_of([&] { parse({nbsp}, cfg); }) ==
+        nbsp + ":3: TOML syntax error: a non-ASCII character outside a string or a comment");
+  const std::string text = write_temp("h.toml",
+                                      "# caf\xc3\xa9 \"\n"
+                                      "data = \"donn\xc3\xa9" "es/\xf0\x9f\x93\x9a/train_*.bin\" # \xe2\x80\x83\n"
+                                      "val_data = '''\nv\\'''\n"
+                                      "trace = \"\"\"x\xc2\xa1\"\"\"\"\nsteps = 4\n");
+  TrainConfig utf8;
+  REQUIRE(parse({text}, utf8));
+  CHECK(utf8.data == "donn\xc3\xa9" "es/\xf0\x9f\x93\x9a/train_*.bin");
+  CHECK(utf8.val_data == "v\\");
+  CHECK(utf8.trace == "x\xc2\xa1\"");
+  CHECK(utf8.steps == 4);
+  // The fuzzer's case: a bare value whose look-ahead runs into a string's non-ASCII text.
+  const std::string ahead = write_temp("j.toml", "lr = 0\"\xc3\xa1\"\n");
+  CHECK(error_of([&] { parse({ahead}, cfg); }).find(ahead + ":1: TOML syntax error") == 0);
+  const std::string lit = write_temp("k.toml", "steps = 2\ndata = 'd\xc3\xa9'\n");
+  CHECK(error_of([&] { parse({lit}, cfg); }) == lit + ":2: TOML syntax error: a non-ASCII character in a '...' string "
+                                                     "(which has no escapes): write it in a \"...\" string");
+  const std::string bad = write_temp("l.toml", "data = \"\xff\"\n");
+  CHECK(error_of([&] { parse({bad}, cfg); }) == bad + ":1: TOML syntax error: bytes that are not UTF-8 in a string");
+  const std::string big = write_temp("i.toml", std::string(size_t(1) << 21, '#'));
+  CHECK(error_of([&] { parse({big}, cfg); }).find("config file larger than 1048576 bytes") != std::string::npos);
   CHECK(error_of([&] { parse({"/nonexistent/x.toml"}, cfg); }).find("config file /nonexistent/x.toml: cannot open") == 0);
   CHECK(error_of([&] { parse({"--lr", "fast"}, cfg); }) == "--lr: expected a finite number, found 'fast'");
   CHECK(error_of([&] { parse({"--nproc-per-node", "2x"}, cfg); }) == "--nproc-per-node: expected an integer in [-2147483648, 2147483647], found '2x'");
