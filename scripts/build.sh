@@ -21,12 +21,19 @@ done
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
+# ccache where it is installed (and no launcher is set already): rebuilds of a clean clone
+# at the same path, such as CI's, then compile only what changed. A machine without ccache
+# builds exactly the same, from scratch.
+launcher=()
+if command -v ccache >/dev/null 2>&1 && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 # Configure's own output is kept out of the way, but its "ringzero: ..." lines say which
 # optional parts (oneDNN, MPI, CUDA, NCCL) this build has, and why not where not.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if ! cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGZERO_WERROR=ON -DRINGZERO_NATIVE=ON \
-     "${cmake_args[@]}" >"$log" 2>&1; then
+     "${launcher[@]}" "${cmake_args[@]}" >"$log" 2>&1; then
   cat "$log" >&2
   echo "build.sh: configure failed (the CMake output is above)" >&2
   exit 1
