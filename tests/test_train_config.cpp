@@ -110,6 +110,10 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   CHECK(utf8.val_data == "v\\");
   CHECK(utf8.trace == "x\xc2\xa1\"");
   CHECK(utf8.steps == 4);
+  const std::string bom = write_temp("m.toml", "\xEF\xBB\xBFsteps = 5\n");
+  TrainConfig with_bom;
+  REQUIRE(parse({bom}, with_bom));
+  CHECK(with_bom.steps == 5);
   // The fuzzer's case: a bare value whose look-ahead runs into a string's non-ASCII text.
   const std::string ahead = write_temp("j.toml", "lr = 0\"\xc3\xa1\"\n");
   CHECK(error_of([&] { parse({ahead}, cfg); }).find(ahead + ":1: TOML syntax error") == 0);

@@ -460,7 +460,9 @@ std::string ascii_toml_text(const std::string& text, const std::string& path) {
     while (i + n < text.size() && text[i + n] == q) ++n;
     return n;
   };
-  for (size_t i = 0; i < text.size(); ++i) {
+  // A UTF-8 byte order mark (some editors write one) is no text: TOML allows it first.
+  const size_t start = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  for (size_t i = start; i < text.size(); ++i) {
     const char c = text[i];
     const bool ascii = static_cast<unsigned char>(c) < 0x80;
     if (c == '\n') {
