@@ -119,24 +119,7 @@ inline pid_t spawn(const std::string& args, const fs::path& log) {
   return sh;
 }
 
-inline std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream st(e.path() / "stat");
-    std::string line;
-    std::getline(st, line);
-    const size_t rp = line.rfind(')');
-    if (rp == std::string::npos) continue;
-    std::istringstream rest(line.substr(rp + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  return out;
-}
+using rz::test::children_of;
 
 // Running (a zombie waiting for a reaper counts as gone).
 inline bool alive(pid_t p) {

@@ -4,10 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace rz::test {
 
@@ -40,6 +44,28 @@ inline std::filesystem::path fresh_temp_dir(const std::string& prefix) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+// The live (not zombie) child processes of `parent`, read from /proc, in pid order: the
+// order a launcher forked its ranks in.
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream st(e.path() / "stat");
+    std::string line;
+    std::getline(st, line);
+    const size_t rp = line.rfind(')');  // the command name may hold spaces and parentheses
+    if (rp == std::string::npos) continue;
+    std::istringstream rest(line.substr(rp + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace rz::test

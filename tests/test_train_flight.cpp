@@ -25,6 +25,7 @@
 
 namespace fs = std::filesystem;
 using rz::test::fresh_temp_dir;
+using rz::test::children_of;
 using rz::test::quote;
 
 namespace {
@@ -58,26 +59,6 @@ std::string job_args(const fs::path& flight, const std::string& extra) {
   return "train --model tiny --data " + quote((data_dir() / "train_*.bin").string()) +
          " --nproc-per-node 3 --batch 2 --seq 16 --bucket-mb 0.02 --threads 1 --comm-timeout 3 --flight-dir " +
          quote(flight.string()) + " " + extra;
-}
-
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream st(e.path() / "stat");
-    std::string line;
-    std::getline(st, line);
-    const size_t rp = line.rfind(')');
-    if (rp == std::string::npos) continue;
-    std::istringstream rest(line.substr(rp + 2));
-    char state;
-    pid_t ppid;
-    rest >> state >> ppid;
-    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 std::vector<std::string> shm_segments_of(const std::vector<pid_t>& pids) {

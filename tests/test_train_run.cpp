@@ -240,30 +240,12 @@ TEST_CASE("killing one rank mid-run stops the job within 30 s naming the rank; t
   }
   REQUIRE(have_ckpt);
   // sh exec'd timeout, which forked ringzero (the launcher), which forked the ranks.
-  auto children_of = [](pid_t parent) {
-    std::vector<pid_t> out;
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream st(e.path() / "stat");
-      std::string line;
-      std::getline(st, line);
-      const size_t rp = line.rfind(')');
-      if (rp == std::string::npos) continue;
-      std::istringstream rest(line.substr(rp + 2));
-      char state;
-      pid_t ppid;
-      rest >> state >> ppid;
-      if (ppid == parent) out.push_back(static_cast<pid_t>(std::stoi(name)));
-    }
-    return out;
-  };
+  using rz::test::children_of;
   std::vector<pid_t> launcher = children_of(sh);
   REQUIRE(launcher.size() == 1);
   std::vector<pid_t> ranks;
   while (ranks.size() < 2 && elapsed() < 90) ranks = children_of(launcher[0]);
-  REQUIRE(ranks.size() == 2);
-  std::sort(ranks.begin(), ranks.end());  // forked in rank order
+  REQUIRE(ranks.size() == 2);  // in pid order: the order they were forked in, rank order
   REQUIRE(kill(ranks[1], SIGKILL) == 0);
   const auto killed_at = rz::Clock::now();
   int st = 0;
