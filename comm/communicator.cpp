@@ -42,6 +42,14 @@ const char* collective_name(CollectiveKind k) {
   return "unknown";
 }
 
+std::string comm_span_args(uint64_t bytes_sent, uint64_t count, DType dt, uint64_t seq, int bucket) {
+  std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
+                            static_cast<unsigned long long>(bytes_sent), static_cast<unsigned long long>(count),
+                            dtype_name(dt), static_cast<unsigned long long>(seq));
+  if (bucket >= 0) args += strfmt(",\"bucket\":%d", bucket);
+  return args;
+}
+
 // S = ceil(count / N) elements per shard; shard r starts at r*S, clipped to count, so
 // trailing shards are shorter or empty when N does not divide count.
 ShardRange shard_of(size_t count, int nranks, int rank) {

@@ -41,6 +41,9 @@ const char* reduce_op_name(ReduceOp op);
 enum class CollectiveKind : int { all_gather, reduce_scatter, all_reduce, broadcast, barrier };
 constexpr int kNumCollectiveKinds = 5;
 const char* collective_name(CollectiveKind k);  // "all_reduce", ...
+// The args of a collective's --trace span (base/trace.h), the same on every backend:
+// "bytes_sent":..,"count":..,"dtype":"..","seq":.. and, for bucket >= 0, "bucket":...
+std::string comm_span_args(uint64_t bytes_sent, uint64_t count, DType dt, uint64_t seq, int bucket);
 
 struct ShardRange {
   size_t offset = 0;  // first element of the shard in the full tensor

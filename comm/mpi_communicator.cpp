@@ -328,11 +328,8 @@ class MpiCommunicator final : public Communicator {
     c.seconds += std::chrono::duration<double>(t1 - t0).count();
     if (trace::enabled()) {
       const double dur = std::chrono::duration<double, std::micro>(t1 - t0).count();
-      std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
-                                static_cast<unsigned long long>(o.bytes), static_cast<unsigned long long>(o.fp.count),
-                                dtype_name(static_cast<DType>(o.fp.dtype)), static_cast<unsigned long long>(seq));
-      if (bucket >= 0) args += strfmt(",\"bucket\":%d", bucket);
-      trace::span(rank_, trace::Track::comm, collective_name(o.kind), trace::now_us() - dur, dur, args);
+      trace::span(rank_, trace::Track::comm, collective_name(o.kind), trace::now_us() - dur, dur,
+                  comm_span_args(o.bytes, o.fp.count, static_cast<DType>(o.fp.dtype), seq, bucket));
     }
   }
 

@@ -343,13 +343,9 @@ class NcclCommunicator final : public Communicator {
       break_locked(*work, e.what(), fe != nullptr ? &m : nullptr);
       throw Error(broken_);
     }
-    if (traced) {
-      std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
-                                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(fp.count),
-                                dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(fp.seq));
-      if (trace::bucket() >= 0) args += strfmt(",\"bucket\":%d", trace::bucket());
-      trace::span(rank_, trace::Track::comm, collective_name(kind), t0, t1, args);
-    }
+    if (traced)
+      trace::span(rank_, trace::Track::comm, collective_name(kind), t0, t1,
+                  comm_span_args(bytes, fp.count, static_cast<DType>(fp.dtype), fp.seq, trace::bucket()));
     work->issued = std::chrono::steady_clock::now();
     flight_.start(work->seq, FlightRecorder::now_ns());  // on the comm stream: NCCL's progress is not visible
     if (pending_.empty()) front_since_ = work->issued;

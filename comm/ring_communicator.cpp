@@ -120,11 +120,8 @@ void RingCommunicator::trace_collective(CollectiveKind kind, const Fingerprint& 
                                         std::chrono::steady_clock::time_point t0) const {
   const double dur = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   const double end = trace::now_us();
-  std::string args = strfmt("\"bytes_sent\":%llu,\"count\":%llu,\"dtype\":\"%s\",\"seq\":%llu",
-                            static_cast<unsigned long long>(bytes_sent), static_cast<unsigned long long>(fp.count),
-                            dtype_name(static_cast<DType>(fp.dtype)), static_cast<unsigned long long>(seq));
-  if (trace::bucket() >= 0) args += strfmt(",\"bucket\":%d", trace::bucket());
-  trace::span(rank_, trace::Track::comm, collective_name(kind), end - dur, dur, args);
+  trace::span(rank_, trace::Track::comm, collective_name(kind), end - dur, dur,
+              comm_span_args(bytes_sent, fp.count, static_cast<DType>(fp.dtype), seq, trace::bucket()));
 }
 
 void RingCommunicator::run_blocking(CollectiveKind kind, const Fingerprint& fp, Body body, bool host_path) {
