@@ -39,7 +39,8 @@
 #include <string>
 
 #include "comm/channel.h"
-#include "comm/factory.h"
+#include "comm/options.h"
+#include "comm/rank_env.h"
 #include "comm/ring.h"
 
 namespace rz {

@@ -23,7 +23,7 @@
 #include "base/clock.h"
 #include "base/file.h"
 #include "base/trace.h"
-#include "comm/factory.h"
+#include "comm/options.h"
 
 namespace rz {
 

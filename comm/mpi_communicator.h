@@ -19,7 +19,8 @@
 #include <memory>
 
 #include "comm/communicator.h"
-#include "comm/factory.h"
+#include "comm/options.h"
+#include "comm/rank_env.h"
 
 namespace rz {
 

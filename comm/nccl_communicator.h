@@ -29,7 +29,8 @@
 #include <string>
 
 #include "comm/communicator.h"
-#include "comm/factory.h"
+#include "comm/options.h"
+#include "comm/rank_env.h"
 #include "comm/nccl_calls.h"
 
 namespace rz {

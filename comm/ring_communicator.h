@@ -23,7 +23,7 @@
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "comm/device_ring.h"
-#include "comm/factory.h"
+#include "comm/options.h"
 #include "comm/flight_recorder.h"
 #include "comm/ring.h"
 

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "comm/channel.h"
+#include "comm/options.h"
 
 namespace rz {
 
@@ -48,7 +49,7 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // How a waiting side learns about its peer (for errors and liveness).
 struct PeerWatch {
   int peer_rank = -1;         // named in errors
-  double timeout_s = 300.0;   // bound on one wait
+  double timeout_s = kCommTimeoutDefaultS;  // bound on one wait
   bool check_pid = false;     // shm: the peer is another process whose pid is in the header
   std::function<bool()> stop; // optional: true aborts the wait quietly (tcp reader shutdown)
   int spin_pauses = 64;       // pause instructions before the first yield (spin_pauses_for)

@@ -5,6 +5,7 @@
 // heap SlotRing instead of a shared mapping, the ring code is the same.
 #include <vector>
 
+#include "comm/factory.h"
 #include "comm/ring_communicator.h"
 #include "comm/transports.h"
 

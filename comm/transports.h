@@ -6,7 +6,8 @@
 #include <string>
 
 #include "comm/channel.h"
-#include "comm/factory.h"
+#include "comm/options.h"
+#include "comm/rank_env.h"
 #include "comm/slot_ring.h"
 #include "comm/store.h"
 

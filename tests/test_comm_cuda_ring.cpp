@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "comm/factory.h"
 #include "comm/device_ring.h"
 #include "comm/ring_communicator.h"
 #include "comm/store.h"
