@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -86,16 +85,17 @@ std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, s
 // The host ring between processes (shm on one host, else tcp) over the claimed store.
 static std::unique_ptr<RingCommunicator> connect_host_ring(const RankEnv& env, const CommOptions& opts,
                                                            StoreClient& store) {
-  std::string transport = opts.transport;
-  if (transport == "auto") {
-    transport = "shm";
+  CommTransport transport = opts.transport;
+  if (transport == CommTransport::automatic) {
+    transport = CommTransport::shm;
     std::string mine = host_identity();
     for (int r = 0; r < env.world_size; ++r)
-      if (store.get(strfmt("host/%d", r)) != mine) transport = "tcp";
+      if (store.get(strfmt("host/%d", r)) != mine) transport = CommTransport::tcp;
   }
-  std::unique_ptr<RingChannel> ch = transport == "shm" ? connect_shm_channel(env, opts, store)
-                                                       : connect_tcp_channel(env, opts, store);
-  return std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
+  std::unique_ptr<RingChannel> ch = transport == CommTransport::shm ? connect_shm_channel(env, opts, store)
+                                                                    : connect_tcp_channel(env, opts, store);
+  return std::make_unique<RingCommunicator>(env.rank, env.world_size, comm_transport_name(transport), std::move(ch),
+                                            opts);
 }
 namespace {
 std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options);
@@ -109,10 +109,8 @@ namespace {
 
 std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
-  RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
-           "comm: expected ring, mpi or nccl, found '%s'", opts.backend.c_str());
-  if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
-  const bool nccl = opts.backend == "nccl";
+  if (opts.backend == CommBackend::mpi) return connect_mpi_communicator(env, opts);
+  const bool nccl = opts.backend == CommBackend::nccl;
   // The simulated device (--device sim) stands in for the GPU: nccl then runs its own
   // logic over the simulated calls on a host ring, the cuda transport over a simulated link.
   const bool sim = opts.sim_device;
@@ -120,11 +118,10 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
     const std::string why = nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
   }
-  RZ_CHECK((nccl && !sim) || std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
-               std::end(kProcessTransports),
+  RZ_CHECK((nccl && !sim) || opts.transport != CommTransport::thread,
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
-           opts.transport.c_str());
+           comm_transport_name(opts.transport));
   RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
            "rank %d of world size %d is out of range", env.rank, env.world_size);
   const bool cuda_ring = !nccl && opts.device_buffers;
@@ -147,7 +144,7 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
     return comm;
   }
   if (env.world_size == 1)
-    return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
+    return std::make_unique<RingCommunicator>(0, 1, opts.transport == CommTransport::tcp ? "tcp" : "shm", nullptr, opts);
   RZ_CHECK(!env.job_token.empty(),
            "RINGZERO_JOB_TOKEN is not set: every rank must know the same job token to join the rendezvous store "
            "(ringzero's launcher sets it; with torchrun or srun export one random value to all ranks)");
@@ -182,10 +179,10 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
   if (cuda_ring) {
     // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):
     // staged through pinned host memory over tcp.
-    bool one_host = opts.transport != "tcp";
+    bool one_host = opts.transport != CommTransport::tcp;
     const std::string mine = host_identity();
     for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
-    RZ_CHECK(one_host || opts.transport != "shm",
+    RZ_CHECK(one_host || opts.transport != CommTransport::shm,
              "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
     if (!one_host) {
       std::shared_ptr<DeviceLink> link = make_link(0);

@@ -9,13 +9,24 @@
 
 namespace rz {
 
-// The transports connect_communicator accepts between processes (auto = shm when all ranks
-// share a host, else tcp). `thread` is only for ranks that are threads of one process
-// (make_thread_communicators).
-inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
 // The collective backends --comm selects: ringzero's own ring, the MPI library (mpirun), or
-// NCCL (GPU ranks, device buffers; comm/nccl_communicator.h).
+// NCCL (GPU ranks, device buffers; comm/nccl_communicator.h). kCommBackends[b] is b's name.
+enum class CommBackend { ring, mpi, nccl };
 inline constexpr const char* kCommBackends[] = {"ring", "mpi", "nccl"};
+// How the ring's ranks reach each other: automatic (shm when all ranks share a host, else
+// tcp), shm, tcp, or thread (ranks that are threads of one process: make_thread_communicators;
+// never between processes). kCommTransports[t] is t's name; the first three are the ones
+// connect_communicator accepts between processes (kProcessTransports).
+enum class CommTransport { automatic, shm, tcp, thread };
+inline constexpr const char* kCommTransports[] = {"auto", "shm", "tcp", "thread"};
+inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
+
+// The one name of each value, and its inverse (an unknown name is an error that lists the
+// names).
+const char* comm_backend_name(CommBackend b);
+CommBackend parse_comm_backend(const std::string& name);
+const char* comm_transport_name(CommTransport t);
+CommTransport parse_comm_transport(const std::string& name);
 
 // The longest a wait may be told to last (11.6 days): every wait keeps a finite deadline.
 inline constexpr double kMaxCommTimeoutS = 1e6;
@@ -25,8 +36,8 @@ inline constexpr size_t kFlightEntriesDefault = 2048;
 inline constexpr double kCommTimeoutDefaultS = 300.0;
 
 struct CommOptions {
-  std::string backend = "ring";     // one of kCommBackends: ring (ringzero's own collectives) | mpi (under mpirun) | nccl (GPU ranks)
-  std::string transport = "auto";   // one of kProcessTransports, or thread
+  CommBackend backend = CommBackend::ring;               // ring (ringzero's own collectives) | mpi (under mpirun) | nccl (GPU ranks)
+  CommTransport transport = CommTransport::automatic;   // ring: auto | shm | tcp between processes, thread for thread ranks
   double timeout_s = kCommTimeoutDefaultS;  // bound on every wait (at most kMaxCommTimeoutS); env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)

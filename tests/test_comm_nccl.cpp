@@ -84,7 +84,7 @@ TEST_CASE("nccl: the backend is listed, and where it cannot run it is a one-line
   const std::string why = nccl_unavailable();
   if (!why.empty()) {
     CommOptions o;
-    o.backend = "nccl";
+    o.backend = CommBackend::nccl;
     RankEnv env;  // one rank
     REQUIRE_THROWS_WITH(connect_communicator(env, o), Catch::StartsWith("comm nccl: ") && Catch::Contains(why));
     // Before any rendezvous: a two-rank job without a store fails at once, not after a timeout.

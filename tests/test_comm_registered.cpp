@@ -60,7 +60,7 @@ constexpr size_t kSegmentBytes = 16 * 1024;  // chunks through the slots take se
 
 CommOptions shm_options() {
   CommOptions o;
-  o.transport = "shm";
+  o.transport = CommTransport::shm;
   o.segment_bytes = kSegmentBytes;
   o.timeout_s = 30;
   return o;

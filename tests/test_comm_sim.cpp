@@ -98,7 +98,7 @@ SimNcclRanks make_ranks(int N, double timeout_s = 30.0) {
     env.world_size = N;
     env.local_rank = r;
     CommOptions o = opts;
-    o.backend = "nccl";
+    o.backend = CommBackend::nccl;
     o.sim_device = true;
     o.device_buffers = true;
     StoreClient store("127.0.0.1", R.server->port(), "sim-nccl-token", 10.0);

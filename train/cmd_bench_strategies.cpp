@@ -114,7 +114,7 @@ uint64_t fnv1a(const void* data, size_t bytes) {
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
   CommOptions copts;
-  copts.transport = a.transport;
+  copts.transport = parse_comm_transport(a.transport);
   auto comm = connect_communicator(env, copts);
   const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",

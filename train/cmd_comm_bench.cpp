@@ -337,8 +337,8 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;
-  opts.backend = a.comm;
-  opts.transport = a.transport;
+  opts.backend = parse_comm_backend(a.comm);
+  opts.transport = parse_comm_transport(a.transport);
   opts.timeout_s = a.timeout_s;
   opts.segment_bytes = seg;
   opts.flight_entries = a.flight_entries;
