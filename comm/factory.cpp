@@ -7,13 +7,13 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "comm/device_ring.h"
-#include "comm/fault_injection.h"
-#include "comm/mpi_communicator.h"
-#include "comm/nccl_calls.h"
-#include "comm/nccl_communicator.h"
-#include "comm/ring_communicator.h"
-#include "comm/transports.h"
+#include "comm/transport/device_ring.h"
+#include "comm/debug/fault_injection.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/nccl/nccl_calls.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/ring/ring_communicator.h"
+#include "comm/transport/transports.h"
 
 namespace rz {
 namespace {
@@ -30,7 +30,7 @@ std::string host_identity() {
 // Where rank 0's store listens: the master address itself when it is an IPv4 literal or a
 // loopback name (so a loopback job never listens on the network); all interfaces for
 // another host name, whose local resolution may differ from the other nodes' (127.0.1.1).
-// The host ring inside the simulated NCCL (comm/nccl_calls_sim.cpp) is NCCL's machinery,
+// The host ring inside the simulated NCCL (comm/nccl/nccl_calls_sim.cpp) is NCCL's machinery,
 // not a second communicator of the rank: its collectives are already the NCCL
 // communicator's flight entries and trace spans, so it keeps neither of its own (its
 // rank<R>.json would overwrite the NCCL one's).
@@ -200,7 +200,7 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
   RZ_CHECK(!env.job_token.empty(),
            "RINGZERO_JOB_TOKEN is not set: every rank must know the same job token to join the rendezvous store "
            "(ringzero's launcher sets it; with torchrun or srun export one random value to all ranks)");
-  // The token is an HMAC key (comm/job_auth.h), never sent: any length works; the bound only
+  // The token is an HMAC key (comm/rendezvous/job_auth.h), never sent: any length works; the bound only
   // keeps a pasted file out.
   RZ_CHECK(env.job_token.size() <= 1024, "RINGZERO_JOB_TOKEN: expected at most 1024 characters, found %zu",
            env.job_token.size());

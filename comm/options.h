@@ -10,7 +10,7 @@
 namespace rz {
 
 // The collective backends --comm selects: ringzero's own ring, the MPI library (mpirun), or
-// NCCL (GPU ranks, device buffers; comm/nccl_communicator.h). kCommBackends[b] is b's name.
+// NCCL (GPU ranks, device buffers; comm/nccl/nccl_communicator.h). kCommBackends[b] is b's name.
 enum class CommBackend { ring, mpi, nccl };
 inline constexpr const char* kCommBackends[] = {"ring", "mpi", "nccl"};
 // How the ring's ranks reach each other: automatic (shm when all ranks share a host, else
@@ -41,7 +41,7 @@ struct CommOptions {
   double timeout_s = kCommTimeoutDefaultS;  // bound on every wait (at most kMaxCommTimeoutS); env RINGZERO_COMM_TIMEOUT overrides the default
   size_t segment_bytes = 1u << 20;  // pipeline segment size of the ring
   bool debug = false;               // fingerprint every collective across ranks (env RINGZERO_COMM_DEBUG=1)
-  // The flight recorder (comm/flight_recorder.h): the last flight_entries collectives of this
+  // The flight recorder (comm/debug/flight_recorder.h): the last flight_entries collectives of this
   // rank (0: none), written to flight_dir/rank<R>.json on a comm error, SIGUSR1, or when a
   // collective made no progress for flight_watchdog_s seconds (0: no watchdog).
   size_t flight_entries = kFlightEntriesDefault;

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/memory.h"
-#include "comm/device_ring.h"
+#include "comm/transport/device_ring.h"
 #include "kernels/backend.h"
 #include "run_ringzero.h"
 #include "gpu_procs.h"

@@ -16,7 +16,7 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "comm/factory.h"
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
 #if RZ_TEST_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"

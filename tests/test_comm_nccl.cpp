@@ -11,9 +11,9 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/nccl_communicator.h"
-#include "comm/nccl_id.h"
-#include "comm/store.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/rendezvous/nccl_id.h"
+#include "comm/rendezvous/store.h"
 #include "run_ringzero.h"
 
 using namespace rz;

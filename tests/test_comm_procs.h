@@ -21,7 +21,8 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/job_auth.h"
+#include "launch/launch.h"
 #include "test_comm_util.h"
 
 namespace rz::testing {

@@ -34,7 +34,7 @@
 #include "base/file.h"
 #include "base/trace.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
+#include "launch/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "train/cli_number.h"

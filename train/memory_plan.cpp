@@ -78,7 +78,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
   if (sharded && in.nranks > 1) {
-    // comm/ring.cpp: ReduceScatter keeps partial sums in one chunk-sized buffer, the
+    // comm/ring/ring.cpp: ReduceScatter keeps partial sums in one chunk-sized buffer, the
     // largest bucket's shard; AllReduce (ddp) and AllGather work in place.
     size_t shard = 0;
     for (const Bucket& b : plan.buckets) shard = std::max(shard, b.shard);
