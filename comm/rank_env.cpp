@@ -58,4 +58,13 @@ RankEnv rank_env_from_environment() {
   return e;
 }
 
+int rank_device(const RankEnv& env, int requested, int visible, const char* what, const char* kind) {
+  if (requested >= 0) {
+    RZ_CHECK(requested < visible, "%s: rank %d: device %s:%d asked for, but %d device(s) are visible", what, env.rank,
+             kind, requested, visible);
+    return requested;
+  }
+  return env.local_rank % visible;
+}
+
 }  // namespace rz

@@ -28,4 +28,10 @@ struct RankEnv {
 };
 RankEnv rank_env_from_environment();
 
+// The device (GPU, or the simulated device's) a rank of env runs on among `visible` ones: the
+// one asked for when requested >= 0 (it must be below visible: else an error that starts with
+// `what` and names the rank and kind:requested), else LOCAL_RANK modulo visible, so the
+// ranks of a host spread over its devices.
+int rank_device(const RankEnv& env, int requested, int visible, const char* what, const char* kind);
+
 }  // namespace rz

@@ -17,19 +17,12 @@ static_assert(sizeof(ncclUniqueId) == kNcclIdBytes, "comm/rendezvous/nccl_id.h: 
 
 bool nccl_backend_built() { return true; }
 
-std::string nccl_unavailable() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
-  if (n == 0) return "no CUDA device visible to this process";
-  return "";
-}
+std::string nccl_unavailable() { return comm_cuda::devices_unavailable(); }
 
 int nccl_cuda_device_count(int rank) {
-  const std::string why = nccl_unavailable();
-  RZ_CHECK(why.empty(), "comm nccl: rank %d: %s", rank, why.c_str());
   int n = 0;
-  (void)cudaGetDeviceCount(&n);
+  const std::string why = comm_cuda::devices_unavailable(&n);
+  RZ_CHECK(why.empty(), "comm nccl: rank %d: %s", rank, why.c_str());
   return n;
 }
 

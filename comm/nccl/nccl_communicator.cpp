@@ -25,13 +25,7 @@ namespace rz {
 
 int nccl_device_for(const RankEnv& env, const CommOptions& opts) {
   const int n = opts.sim_device ? sim::kDeviceCount : nccl_cuda_device_count(env.rank);
-  const char* kind = opts.sim_device ? "sim" : "cuda";
-  if (opts.cuda_device >= 0) {
-    RZ_CHECK(opts.cuda_device < n, "comm nccl: rank %d: device %s:%d asked for, but %d device(s) are visible",
-             env.rank, kind, opts.cuda_device, n);
-    return opts.cuda_device;
-  }
-  return env.local_rank % n;
+  return rank_device(env, opts.cuda_device, n, "comm nccl", opts.sim_device ? "sim" : "cuda");
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // comm/transport/cuda_ring.cpp: the GPU side of the ring's cuda transport (device_ring.h): a comm
 // stream, the inbox and its CUDA IPC handle, copies and the reduce kernel on that stream.
-// Every CUDA call is checked and its error names the call and the rank.
-// Compiled, never run on a GPU (docs/gpu-comm.md).
+// Every CUDA call is checked (base/cuda_check.h: the statement, file:line, CUDA's error); during
+// a collective the ring communicator puts the rank and the collective in front.
 #include <cuda_runtime.h>
 #include <sched.h>
 #include <unistd.h>
@@ -11,31 +11,20 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/cuda_check.h"
 #include "comm/transport/device_ops.h"
 #include "comm/transport/device_ring.h"
 
 namespace rz {
 
-std::string cuda_ring_unavailable() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
-  if (n == 0) return "no CUDA device visible to this process";
-  return "";
-}
+std::string cuda_ring_unavailable() { return comm_cuda::devices_unavailable(); }
 
 int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
   if (opts.sim_device) return sim_ring_device_for(env, opts);
-  const std::string why = cuda_ring_unavailable();
-  RZ_CHECK(why.empty(), "comm ring, cuda transport: rank %d: %s", env.rank, why.c_str());
   int n = 0;
-  (void)cudaGetDeviceCount(&n);
-  if (opts.cuda_device >= 0) {
-    RZ_CHECK(opts.cuda_device < n, "comm ring, cuda transport: rank %d: device cuda:%d asked for, but %d device(s) are visible",
-             env.rank, opts.cuda_device, n);
-    return opts.cuda_device;
-  }
-  return env.local_rank % n;
+  const std::string why = comm_cuda::devices_unavailable(&n);
+  RZ_CHECK(why.empty(), "comm ring, cuda transport: rank %d: %s", env.rank, why.c_str());
+  return rank_device(env, opts.cuda_device, n, "comm ring, cuda transport", "cuda");
 }
 
 namespace {
@@ -45,12 +34,12 @@ class CudaLink final : public DeviceLink {
   CudaLink(int rank, int device, void* in_stream, size_t inbox_bytes, double timeout_s)
       : rank_(rank), dev_(device), in_stream_(static_cast<cudaStream_t>(in_stream)), timeout_s_(timeout_s) {
     try {
-      cuda("cudaSetDevice", cudaSetDevice(dev_));
-      cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      cuda("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+      CUDA_CHECK(cudaSetDevice(dev_));
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
       if (inbox_bytes > 0) {
         // cudaMalloc, not a stream-ordered pool: only such memory has an IPC handle.
-        cuda("cudaMalloc(inbox)", cudaMalloc(&inbox_, inbox_bytes));
+        CUDA_CHECK(cudaMalloc(&inbox_, inbox_bytes));
       }
     } catch (...) {
       release();
@@ -66,7 +55,7 @@ class CudaLink final : public DeviceLink {
   std::string inbox_handle() override {
     RZ_CHECK(inbox_ != nullptr, "cuda transport, rank %d: no inbox to share", rank_);
     cudaIpcMemHandle_t h;
-    cuda("cudaIpcGetMemHandle(inbox)", cudaIpcGetMemHandle(&h, inbox_));
+    CUDA_CHECK(cudaIpcGetMemHandle(&h, inbox_));
     return std::string(reinterpret_cast<const char*>(&h), sizeof h);
   }
 
@@ -79,15 +68,14 @@ class CudaLink final : public DeviceLink {
              rank_, right.handle.size());
     cudaIpcMemHandle_t h;
     std::memcpy(&h, right.handle.data(), sizeof h);
-    cuda("cudaSetDevice", cudaSetDevice(dev_));
-    cuda("cudaIpcOpenMemHandle(right neighbour's inbox)",
-         cudaIpcOpenMemHandle(&right_inbox_, h, cudaIpcMemLazyEnablePeerAccess));
+    CUDA_CHECK(cudaSetDevice(dev_));
+    CUDA_CHECK(cudaIpcOpenMemHandle(&right_inbox_, h, cudaIpcMemLazyEnablePeerAccess));
     return right_inbox_;
   }
 
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    cuda("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   }
 
   void reduce(DType dt, void* dst, const void* a, const void* b, size_t n, int divide_by) override {
@@ -105,12 +93,12 @@ class CudaLink final : public DeviceLink {
   // Polls an event rather than cudaStreamSynchronize, so the wait is bounded and several
   // ranks on one host do not each spin a core inside the driver.
   void synchronize() override {
-    cuda("cudaEventRecord(comm stream)", cudaEventRecord(done_, stream_));
+    CUDA_CHECK(cudaEventRecord(done_, stream_));
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {
       const cudaError_t q = cudaEventQuery(done_);
       if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) cuda("cudaEventQuery(comm stream)", q);
+      if (q != cudaErrorNotReady) CUDA_CHECK(q);
       if (spins < 256) continue;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_)
         RZ_FAIL("cuda transport, rank %d: the comm stream did not finish within %.0f s", rank_, timeout_s_);
@@ -120,18 +108,18 @@ class CudaLink final : public DeviceLink {
   }
 
   std::shared_ptr<void> mark_input() override {
-    cuda("cudaSetDevice", cudaSetDevice(dev_));
+    CUDA_CHECK(cudaSetDevice(dev_));
     cudaEvent_t ev = nullptr;
-    cuda("cudaEventCreateWithFlags(input mark)", cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     std::shared_ptr<void> mark(ev, [](void* e) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
-    cuda("cudaEventRecord(input stream)", cudaEventRecord(ev, in_stream_));
+    CUDA_CHECK(cudaEventRecord(ev, in_stream_));
     return mark;
   }
 
   void wait_input(const std::shared_ptr<void>& mark) override {
-    cuda("cudaSetDevice", cudaSetDevice(dev_));  // the comm thread too
+    CUDA_CHECK(cudaSetDevice(dev_));  // the comm thread too
     if (mark != nullptr)
-      cuda("cudaStreamWaitEvent(input mark)", cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(mark.get()), 0));
   }
 
   bool is_host_memory(const void* p) override {
@@ -147,15 +135,11 @@ class CudaLink final : public DeviceLink {
  private:
   // A grow-only buffer: device memory, or pinned host memory for staging across hosts.
   struct GrowBuffer {
-    const char* name;
     bool pinned;
     void* p = nullptr;
     size_t bytes = 0;
   };
 
-  void cuda(const char* what, cudaError_t e) const {
-    if (e != cudaSuccess) throw Error(strfmt("cuda transport, rank %d: %s failed: %s", rank_, what, cudaGetErrorString(e)));
-  }
   static void free_buffer(GrowBuffer& b) {
     if (b.p != nullptr) (void)(b.pinned ? cudaFreeHost(b.p) : cudaFree(b.p));
     b.p = nullptr;
@@ -165,8 +149,7 @@ class CudaLink final : public DeviceLink {
     if (bytes <= b.bytes) return b.p;
     synchronize();  // queued work may still use the old buffer
     free_buffer(b);
-    const std::string what = strfmt("%s(%s)", b.pinned ? "cudaMallocHost" : "cudaMalloc", b.name);
-    cuda(what.c_str(), b.pinned ? cudaMallocHost(&b.p, bytes) : cudaMalloc(&b.p, bytes));
+    CUDA_CHECK(b.pinned ? cudaMallocHost(&b.p, bytes) : cudaMalloc(&b.p, bytes));
     b.bytes = bytes;
     return b.p;
   }
@@ -192,9 +175,9 @@ class CudaLink final : public DeviceLink {
   cudaEvent_t done_ = nullptr;
   void* inbox_ = nullptr;
   void* right_inbox_ = nullptr;
-  GrowBuffer scratch_{"scratch", false};
-  GrowBuffer host_stage_{"staging", true};  // one segment (across hosts)
-  GrowBuffer dev_stage_{"staging", false};  // one received segment (across hosts)
+  GrowBuffer scratch_{false};
+  GrowBuffer host_stage_{true};  // one segment (across hosts)
+  GrowBuffer dev_stage_{false};  // one received segment (across hosts)
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "base/cuda_check.h"
 
 namespace rz::comm_cuda {
 namespace {
@@ -47,6 +48,15 @@ unsigned grid_for(size_t n, int threads) {
 
 }  // namespace
 
+std::string devices_unavailable(int* count) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (count != nullptr) *count = e == cudaSuccess ? n : 0;
+  if (e != cudaSuccess) return strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+  if (n == 0) return "no CUDA device visible to this process";
+  return "";
+}
+
 void reduce(DType dt, void* dst, const void* a, const void* b, size_t n, int divide_by, cudaStream_t stream) {
   if (n == 0) return;
   const int threads = 256;
@@ -57,8 +67,7 @@ void reduce(DType dt, void* dst, const void* a, const void* b, size_t n, int div
   else
     reduce_bf16_kernel<<<grid_for(n, threads), threads, 0, stream>>>(
         static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n, div);
-  const cudaError_t e = cudaGetLastError();
-  RZ_CHECK(e == cudaSuccess, "comm: launching reduce_%s_kernel failed: %s", dtype_name(dt), cudaGetErrorString(e));
+  CUDA_CHECK_LAUNCH(dt == DType::f32 ? "reduce_f32_kernel" : "reduce_bf16_kernel", stream);
 }
 
 void divide_by(void* buf, size_t n, DType dt, int N, cudaStream_t stream) {
@@ -71,8 +80,7 @@ void divide_by(void* buf, size_t n, DType dt, int N, cudaStream_t stream) {
     divide_f32_kernel<<<blocks, threads, 0, stream>>>(static_cast<float*>(buf), n, div);
   else
     divide_bf16_kernel<<<blocks, threads, 0, stream>>>(static_cast<uint16_t*>(buf), n, div);
-  const cudaError_t e = cudaGetLastError();
-  RZ_CHECK(e == cudaSuccess, "comm: launching divide_%s_kernel failed: %s", dtype_name(dt), cudaGetErrorString(e));
+  CUDA_CHECK_LAUNCH(dt == DType::f32 ? "divide_f32_kernel" : "divide_bf16_kernel", stream);
 }
 
 }  // namespace rz::comm_cuda

@@ -2,16 +2,22 @@
 // built only with CUDA): avg's division by N on the owner (nccl), and the cuda transport's
 // reduction, both in fp32 and rounded to bf16 as base/bf16.h rounds (nearest even, quiet
 // NaN), so the GPU ring gives bitwise the CPU ring's results. comm/ may not include
-// kernels/ (scripts/check-layering.sh), so these live here.
+// kernels/ (scripts/check-layering.sh), so these live here. Beside them, the one question
+// both GPU paths (the cuda transport, nccl) ask before they start: is there a GPU at all.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 #include "comm/communicator.h"
 
 namespace rz::comm_cuda {
+
+// Why this process cannot use a GPU (no usable driver, or no device visible), or "" when it
+// can; count, when not null, receives the number of visible devices.
+std::string devices_unavailable(int* count = nullptr);
 
 // buf[i] = buf[i] / N for n elements of dtype dt, on stream. Checks the launch.
 void divide_by(void* buf, size_t n, DType dt, int N, cudaStream_t stream);

@@ -124,13 +124,7 @@ class SimLink final : public DeviceLink {
 }  // namespace
 
 int sim_ring_device_for(const RankEnv& env, const CommOptions& opts) {
-  if (opts.cuda_device >= 0) {
-    RZ_CHECK(opts.cuda_device < sim::kDeviceCount,
-             "comm ring, cuda transport: rank %d: device sim:%d asked for, but the simulated device has %d", env.rank,
-             opts.cuda_device, sim::kDeviceCount);
-    return opts.cuda_device;
-  }
-  return env.local_rank % sim::kDeviceCount;
+  return rank_device(env, opts.cuda_device, sim::kDeviceCount, "comm ring, cuda transport", "sim");
 }
 
 std::shared_ptr<DeviceLink> make_sim_link(const RankEnv& env, const CommOptions& opts, size_t inbox_bytes) {
