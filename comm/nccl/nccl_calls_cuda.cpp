@@ -1,6 +1,6 @@
 // comm/nccl/nccl_calls_cuda.cpp: the library's row of the nccl backend's call table
 // (comm/nccl/nccl_calls.h): every entry is the NCCL or CUDA runtime call it names. Built with
-// NCCL (RINGZERO_NCCL). Compiled, never run on a GPU (docs/gpu-comm.md).
+// NCCL (RINGZERO_NCCL).
 #include <cuda_runtime.h>
 #include <nccl.h>
 

@@ -1,6 +1,6 @@
 // comm/nccl/nccl_communicator.cpp: the Communicator over NCCL (see nccl_communicator.h),
 // written once over the table of NCCL and CUDA calls in comm/nccl/nccl_calls.h: on GPUs the
-// library's (never run on a GPU yet), in CI the simulated device's, over the ring.
+// library's, in CI the simulated device's, over the ring.
 #include "comm/nccl/nccl_communicator.h"
 
 #include <chrono>

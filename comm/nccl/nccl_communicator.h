@@ -22,7 +22,7 @@
 //
 // The logic is written once over a table of NCCL and CUDA calls (comm/nccl/nccl_calls.h): the
 // library's on GPUs, the simulated device's (--device sim) in CI, where it runs over the
-// ring on CPU ranks. Status on GPUs: compiled, never run on a GPU (see docs/gpu-comm.md).
+// ring on CPU ranks. What has been run where: docs/gpu-comm.md.
 #pragma once
 
 #include <memory>
