@@ -273,6 +273,10 @@ void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_
   }
 }
 
+size_t ring_scratch_bytes(size_t count, int nranks, size_t elem_bytes) {
+  return nranks <= 1 ? 0 : shard_of(count, nranks, 0).count * elem_bytes;
+}
+
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
   const size_t esz = dtype_size(dtype);
   if (ctx.nranks == 1) {
@@ -283,12 +287,12 @@ void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t cou
   // Partial sums of chunks this rank only passes on live in one chunk-sized work buffer:
   // the round that receives chunk c into it is followed by the round that sends it, and
   // each segment is sent before the next receive overwrites it.
-  size_t S = shard_of(count, ctx.nranks, 0).count;
+  const size_t work_bytes = ring_scratch_bytes(count, ctx.nranks, esz);
   char* work = nullptr;
   if (ctx.elements != nullptr) {
-    work = static_cast<char*>(ctx.elements->scratch(S * esz));
+    work = static_cast<char*>(ctx.elements->scratch(work_bytes));
   } else {
-    if (ctx.work->size() < S * esz) ctx.work->allocate(MemTag::comm, S * esz);
+    if (ctx.work->size() < work_bytes) ctx.work->allocate(MemTag::comm, work_bytes);
     work = reinterpret_cast<char*>(ctx.work->data());
   }
   reduce_scatter_phase(ctx, static_cast<const char*>(in), static_cast<char*>(out), count, dtype, op,

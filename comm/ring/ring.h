@@ -84,6 +84,11 @@ constexpr size_t kSmallAllReduceBytes = 4096;
 bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
                               bool observed);
 
+// The work buffer ring_reduce_scatter keeps partial sums in (RingContext::work, or
+// RingElements::scratch): one chunk, the largest (rank 0's), of a count of elements of
+// elem_bytes each on nranks ranks; none on one rank. AllReduce and AllGather work in place.
+// train/memory_plan.cpp predicts a run's comm memory with it.
+size_t ring_scratch_bytes(size_t count, int nranks, size_t elem_bytes);
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
 void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op);
 void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t count, DType dtype);
