@@ -284,6 +284,68 @@ int pick_free_port(const std::string& host) {
   return Socket::listen_on(0, "launcher: finding a free port", host).local_port();
 }
 
+namespace {
+
+// The port and job token every rank is given: the options', else RINGZERO_JOB_TOKEN; a
+// single node makes up what is missing (a free port, a random token), a job of several
+// nodes must name both, the same on every node.
+struct JobAddress {
+  int port = 0;
+  std::string token;
+};
+
+JobAddress job_address(const LaunchOptions& opts) {
+  JobAddress job{opts.master_port, opts.job_token};
+  if (job.token.empty() && std::getenv("RINGZERO_JOB_TOKEN")) job.token = std::getenv("RINGZERO_JOB_TOKEN");
+  if (opts.nnodes > 1) {
+    RZ_CHECK(job.port > 0, "--master-port is required with --nnodes %d (every node must use the same one)",
+             opts.nnodes);
+    RZ_CHECK(!job.token.empty(),
+             "set RINGZERO_JOB_TOKEN to the same secret on every node when --nnodes is %d", opts.nnodes);
+  } else {
+    if (job.port == 0) job.port = pick_free_port(opts.master_addr);
+    if (job.token.empty()) job.token = random_job_token();
+  }
+  return job;
+}
+
+// Forks and executes child_argv as rank c.rank: its stderr goes into a pipe whose read end
+// (non-blocking) becomes c.err_fd, env_kv ("NAME=value") into its environment, and
+// OMP_NUM_THREADS = omp_threads unless the user set it.
+void start_rank(Child& c, const std::vector<std::string>& child_argv, std::vector<std::string>& env_kv,
+                int omp_threads, pid_t launcher_pid) {
+  int pipefd[2];
+  RZ_SYSCHECK(pipe2(pipefd, O_CLOEXEC), "launcher: pipe()");
+  std::vector<std::string> args = child_argv;
+  pid_t pid = fork();
+  RZ_SYSCHECK(pid, "launcher: fork() for rank %d", c.rank);
+  if (pid == 0) {
+    // Child: stderr into the pipe, rank variables into the environment, then exec.
+    // A launcher that dies (even by SIGKILL) takes its ranks with it: SIGTERM, which a
+    // training rank answers by finishing its step and saving (base/stop_signal.h).
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher_pid) _exit(128 + SIGTERM);  // it died before prctl
+    // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes
+    // it on once (a rank hit twice, by the terminal and the launcher, would not save).
+    setpgid(0, 0);
+    dup2(pipefd[1], STDERR_FILENO);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    for (auto& kv : env_kv) putenv(kv.data());
+    if (!std::getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", std::to_string(omp_threads).c_str(), 1);
+    auto cargs = as_c_strings(args);
+    execv(cargs[0], cargs.data());
+    std::fprintf(stderr, "cannot execute %s: %s\n", cargs[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
+  c.pid = pid;
+  c.err_fd = pipefd[0];
+}
+
+}  // namespace
+
 int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchOptions& opts) {
   RZ_CHECK(!child_argv.empty(), "launcher: no command to run");
   RZ_CHECK(opts.nproc_per_node >= 1 && opts.nproc_per_node <= 1024,
@@ -291,19 +353,7 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
   RZ_CHECK(opts.nnodes >= 1, "--nnodes must be at least 1, got %d", opts.nnodes);
   RZ_CHECK(opts.node_rank >= 0 && opts.node_rank < opts.nnodes,
            "--node-rank must be in 0..%d, got %d", opts.nnodes - 1, opts.node_rank);
-
-  std::string token = opts.job_token;
-  if (token.empty() && std::getenv("RINGZERO_JOB_TOKEN")) token = std::getenv("RINGZERO_JOB_TOKEN");
-  int port = opts.master_port;
-  if (opts.nnodes > 1) {
-    RZ_CHECK(port > 0, "--master-port is required with --nnodes %d (every node must use the same one)",
-             opts.nnodes);
-    RZ_CHECK(!token.empty(),
-             "set RINGZERO_JOB_TOKEN to the same secret on every node when --nnodes is %d", opts.nnodes);
-  } else {
-    if (port == 0) port = pick_free_port(opts.master_addr);
-    if (token.empty()) token = random_job_token();
-  }
+  const JobAddress job = job_address(opts);
   const int world = opts.nnodes * opts.nproc_per_node;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int omp_threads = static_cast<int>(std::max(1L, cores / opts.nproc_per_node));
@@ -324,45 +374,18 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
   for (int local = 0; local < opts.nproc_per_node; ++local) {
     Child& c = children[static_cast<size_t>(local)];
     c.rank = opts.node_rank * opts.nproc_per_node + local;
-    int pipefd[2];
-    RZ_SYSCHECK(pipe2(pipefd, O_CLOEXEC), "launcher: pipe()");
     std::vector<std::string> env_kv = {
         "RANK=" + std::to_string(c.rank),
         "WORLD_SIZE=" + std::to_string(world),
         "LOCAL_RANK=" + std::to_string(local),
         "LOCAL_WORLD_SIZE=" + std::to_string(opts.nproc_per_node),
         "MASTER_ADDR=" + opts.master_addr,
-        "MASTER_PORT=" + std::to_string(port),
-        "RINGZERO_JOB_TOKEN=" + token,
+        "MASTER_PORT=" + std::to_string(job.port),
+        "RINGZERO_JOB_TOKEN=" + job.token,
         "RINGZERO_LAUNCHED=1",
     };
     if (!nonce.empty()) env_kv.push_back("RINGZERO_JOB_NONCE=" + nonce);
-    std::vector<std::string> args = child_argv;
-    pid_t pid = fork();
-    RZ_SYSCHECK(pid, "launcher: fork() for rank %d", c.rank);
-    if (pid == 0) {
-      // Child: stderr into the pipe, rank variables into the environment, then exec.
-      // A launcher that dies (even by SIGKILL) takes its ranks with it: SIGTERM, which a
-      // training rank answers by finishing its step and saving (base/stop_signal.h).
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != launcher_pid) _exit(128 + SIGTERM);  // it died before prctl
-      // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes
-      // it on once (a rank hit twice, by the terminal and the launcher, would not save).
-      setpgid(0, 0);
-      dup2(pipefd[1], STDERR_FILENO);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      for (auto& kv : env_kv) putenv(kv.data());
-      if (!std::getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", std::to_string(omp_threads).c_str(), 1);
-      auto cargs = as_c_strings(args);
-      execv(cargs[0], cargs.data());
-      std::fprintf(stderr, "cannot execute %s: %s\n", cargs[0], std::strerror(errno));
-      _exit(127);
-    }
-    close(pipefd[1]);
-    fcntl(pipefd[0], F_SETFL, fcntl(pipefd[0], F_GETFL) | O_NONBLOCK);
-    c.pid = pid;
-    c.err_fd = pipefd[0];
+    start_rank(c, child_argv, env_kv, omp_threads, launcher_pid);
   }
 
   watch_children(children, opts);
