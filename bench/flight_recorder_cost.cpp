@@ -1,4 +1,4 @@
-// bench/flight_recorder_cost.cpp: what the flight recorder (comm/flight_recorder.h) costs.
+// bench/flight_recorder_cost.cpp: what the flight recorder (comm/debug/flight_recorder.h) costs.
 //
 //   bench_flight_recorder_cost [ITERS] [ROUNDS]
 //
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/factory.h"
-#include "comm/flight_recorder.h"
+#include "comm/debug/flight_recorder.h"
 
 using namespace rz;
 

@@ -174,7 +174,7 @@ class Communicator {
   virtual const CommStats& stats() const = 0;
   virtual void reset_stats() = 0;
 
-  // The record of this rank's last collectives (comm/flight_recorder.h); every backend
+  // The record of this rank's last collectives (comm/debug/flight_recorder.h); every backend
   // keeps one. Null only for a communicator that does not.
   virtual FlightRecorder* flight_recorder() { return nullptr; }
 };

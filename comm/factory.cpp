@@ -1,41 +1,22 @@
-// comm/factory.cpp: a rank's identity from the environment, and connect_communicator.
+// comm/factory.cpp: connect_communicator (a rank joins its job) and the stand-ins for the backends a build lacks.
 #include "comm/factory.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 
-#include "comm/device_ring.h"
-#include "comm/fault_injection.h"
-#include "comm/mpi_communicator.h"
-#include "comm/nccl_calls.h"
-#include "comm/nccl_communicator.h"
-#include "comm/ring_communicator.h"
-#include "comm/transports.h"
+#include "comm/transport/device_ring.h"
+#include "comm/debug/fault_injection.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/nccl/nccl_calls.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/ring/ring_communicator.h"
+#include "comm/transport/transports.h"
 
 namespace rz {
 namespace {
-
-// The first of names that is set, parsed as an int in [lo, hi]; a bad value is an error.
-bool env_int(std::initializer_list<const char*> names, int lo, int hi, int& out) {
-  for (const char* n : names) {
-    const char* v = std::getenv(n);
-    if (v == nullptr || *v == 0) continue;
-    char* end = nullptr;
-    errno = 0;
-    long x = std::strtol(v, &end, 10);
-    RZ_CHECK(errno == 0 && *end == 0 && x >= lo && x <= hi, "environment %s: expected an integer in %d..%d, found '%s'",
-             n, lo, hi, v);
-    out = static_cast<int>(x);
-    return true;
-  }
-  return false;
-}
 
 std::string host_identity() {
   char host[256] = {0};
@@ -49,7 +30,7 @@ std::string host_identity() {
 // Where rank 0's store listens: the master address itself when it is an IPv4 literal or a
 // loopback name (so a loopback job never listens on the network); all interfaces for
 // another host name, whose local resolution may differ from the other nodes' (127.0.1.1).
-// The host ring inside the simulated NCCL (comm/nccl_calls_sim.cpp) is NCCL's machinery,
+// The host ring inside the simulated NCCL (comm/nccl/nccl_calls_sim.cpp) is NCCL's machinery,
 // not a second communicator of the rank: its collectives are already the NCCL
 // communicator's flight entries and trace spans, so it keeps neither of its own (its
 // rank<R>.json would overwrite the NCCL one's).
@@ -101,104 +82,125 @@ std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, s
 }
 #endif
 
-RankEnv rank_env_from_environment() {
-  RankEnv e;
-  struct Launcher {
-    const char* name;
-    const char *rank, *size, *local_rank;
-  };
-  static const Launcher kLaunchers[] = {
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-      {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-  };
-  for (const Launcher& l : kLaunchers) {
-    if (!env_int({l.rank}, 0, 1 << 20, e.rank)) continue;
-    env_int({l.size}, 1, 1 << 20, e.world_size);
-    env_int({l.local_rank}, 0, 1 << 20, e.local_rank);
-    if (std::strcmp(l.name, "srun") == 0 && e.world_size == 1) {
-      e.rank = e.local_rank = 0;  // a one-task allocation: not a job of ranks
-      break;
-    }
-    e.launcher = l.name;
-    break;
-  }
-  env_int({"MASTER_PORT"}, 1, 65535, e.master_port);
-  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != 0) e.master_addr = a;
-  if (const char* t = std::getenv("RINGZERO_JOB_TOKEN"); t != nullptr) e.job_token = t;
-  RZ_CHECK(e.rank < e.world_size, "environment: RANK %d is not below WORLD_SIZE %d", e.rank, e.world_size);
-  return e;
-}
-
 // The host ring between processes (shm on one host, else tcp) over the claimed store.
 static std::unique_ptr<RingCommunicator> connect_host_ring(const RankEnv& env, const CommOptions& opts,
                                                            StoreClient& store) {
-  std::string transport = opts.transport;
-  if (transport == "auto") {
-    transport = "shm";
+  CommTransport transport = opts.transport;
+  if (transport == CommTransport::automatic) {
+    transport = CommTransport::shm;
     std::string mine = host_identity();
     for (int r = 0; r < env.world_size; ++r)
-      if (store.get(strfmt("host/%d", r)) != mine) transport = "tcp";
+      if (store.get(strfmt("host/%d", r)) != mine) transport = CommTransport::tcp;
   }
-  std::unique_ptr<RingChannel> ch = transport == "shm" ? connect_shm_channel(env, opts, store)
-                                                       : connect_tcp_channel(env, opts, store);
-  return std::make_unique<RingCommunicator>(env.rank, env.world_size, transport, std::move(ch), opts);
-}
-namespace {
-std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options);
-}  // namespace
-
-std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
-  return with_test_faults(connect(env, options));  // a test hook; nothing unless RINGZERO_TEST_FAULT is set
+  std::unique_ptr<RingChannel> ch = transport == CommTransport::shm ? connect_shm_channel(env, opts, store)
+                                                                    : connect_tcp_channel(env, opts, store);
+  return std::make_unique<RingCommunicator>(env.rank, env.world_size, comm_transport_name(transport), std::move(ch),
+                                            opts);
 }
 
 namespace {
 
-std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options) {
-  CommOptions opts = resolve_comm_options(options);
-  RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), opts.backend) != std::end(kCommBackends),
-           "comm: expected ring, mpi or nccl, found '%s'", opts.backend.c_str());
-  if (opts.backend == "mpi") return connect_mpi_communicator(env, opts);
-  const bool nccl = opts.backend == "nccl";
-  // The simulated device (--device sim) stands in for the GPU: nccl then runs its own
-  // logic over the simulated calls on a host ring, the cuda transport over a simulated link.
-  const bool sim = opts.sim_device;
-  if (nccl && !sim) {
+// How connect_communicator runs a rank's collectives besides mpi (which brings its own ranks
+// and rendezvous): the backend, and whether the buffers are on a GPU or on the simulated
+// device (--device sim), which stands in for the GPU: nccl then runs its own logic over the
+// simulated calls on a host ring, the cuda transport over a simulated link.
+enum class CommPath { nccl, sim_nccl, host_ring, cuda_ring, sim_cuda_ring };
+
+CommPath comm_path_for(const CommOptions& opts) {
+  if (opts.backend == CommBackend::nccl) return opts.sim_device ? CommPath::sim_nccl : CommPath::nccl;
+  if (!opts.device_buffers) return CommPath::host_ring;
+  return opts.sim_device ? CommPath::sim_cuda_ring : CommPath::cuda_ring;
+}
+
+// What this build or the options rule out, each in one line before any rendezvous.
+void check_path(const RankEnv& env, const CommOptions& opts, CommPath path) {
+  if (path == CommPath::nccl) {
     const std::string why = nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
   }
-  RZ_CHECK((nccl && !sim) || std::find(std::begin(kProcessTransports), std::end(kProcessTransports), opts.transport) !=
-               std::end(kProcessTransports),
+  RZ_CHECK(path == CommPath::nccl || opts.transport != CommTransport::thread,
            "comm transport: expected auto, shm or tcp between processes, found '%s' (thread is only for ranks "
            "that are threads of one process)",
-           opts.transport.c_str());
+           comm_transport_name(opts.transport));
   RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
            "rank %d of world size %d is out of range", env.rank, env.world_size);
-  const bool cuda_ring = !nccl && opts.device_buffers;
-  if (cuda_ring) {
-    const std::string why = sim ? std::string() : cuda_ring_unavailable();
+  if (path == CommPath::cuda_ring) {
+    const std::string why = cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
-    if (opts.segment_bytes == CommOptions{}.segment_bytes) opts.segment_bytes = kCudaDefaultSegmentBytes;
   }
-  auto make_link = [&](size_t inbox_bytes) {
-    return sim ? make_sim_link(env, opts, inbox_bytes) : make_cuda_link(env, opts, inbox_bytes);
-  };
-  if (env.world_size == 1 && nccl) {
-    std::unique_ptr<NcclCalls> calls;
-    if (sim) calls = make_sim_nccl_calls(std::make_unique<RingCommunicator>(0, 1, "shm", nullptr, sim_nccl_ring_options(opts)));
-    return make_nccl_communicator(env, opts, nullptr, nullptr, std::move(calls));
+}
+
+// The cuda transport's device side: the GPU's, or the simulated device's.
+std::shared_ptr<DeviceLink> device_link(const RankEnv& env, const CommOptions& opts, CommPath path,
+                                        size_t inbox_bytes) {
+  return path == CommPath::sim_cuda_ring ? make_sim_link(env, opts, inbox_bytes)
+                                         : make_cuda_link(env, opts, inbox_bytes);
+}
+
+// A ring of one rank: its collectives are local copies.
+std::unique_ptr<RingCommunicator> single_rank_ring(const CommOptions& opts, const char* transport,
+                                                   std::shared_ptr<DeviceLink> link = nullptr) {
+  auto comm = std::make_unique<RingCommunicator>(0, 1, transport, nullptr, opts);
+  if (link) comm->set_device(std::move(link));
+  return comm;
+}
+
+std::unique_ptr<Communicator> connect_single_rank(const RankEnv& env, const CommOptions& opts, CommPath path) {
+  switch (path) {
+    case CommPath::nccl: return make_nccl_communicator(env, opts, nullptr, nullptr);
+    case CommPath::sim_nccl:
+      return make_nccl_communicator(env, opts, nullptr, nullptr,
+                                    make_sim_nccl_calls(single_rank_ring(sim_nccl_ring_options(opts), "shm")));
+    case CommPath::host_ring: return single_rank_ring(opts, opts.transport == CommTransport::tcp ? "tcp" : "shm");
+    case CommPath::cuda_ring:
+    case CommPath::sim_cuda_ring: return single_rank_ring(opts, "cuda", device_link(env, opts, path, 0));
   }
-  if (env.world_size == 1 && cuda_ring) {
-    auto comm = std::make_unique<RingCommunicator>(0, 1, "cuda", nullptr, opts);
-    comm->set_device(make_link(0));
+  RZ_FAIL("comm: no connection path %d", static_cast<int>(path));
+}
+
+// The ring over GPU (or simulated device) buffers. One host: device to device through CUDA
+// IPC. Several hosts (or --transport tcp): staged through pinned host memory over tcp.
+std::unique_ptr<RingCommunicator> connect_device_ring(const RankEnv& env, const CommOptions& opts,
+                                                      StoreClient& store, CommPath path) {
+  bool one_host = opts.transport != CommTransport::tcp;
+  const std::string mine = host_identity();
+  for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
+  RZ_CHECK(one_host || opts.transport != CommTransport::shm,
+           "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
+  if (!one_host) {
+    std::shared_ptr<DeviceLink> link = device_link(env, opts, path, 0);
+    auto comm = std::make_unique<RingCommunicator>(
+        env.rank, env.world_size, "cuda-tcp", make_staging_ring_channel(connect_tcp_channel(env, opts, store), link),
+        opts);
+    comm->set_device(link);
     return comm;
   }
-  if (env.world_size == 1)
-    return std::make_unique<RingCommunicator>(0, 1, opts.transport == "tcp" ? "tcp" : "shm", nullptr, opts);
+  std::shared_ptr<DeviceLink> link = device_link(env, opts, path, size_t(cuda_inbox_slots()) * opts.segment_bytes);
+  auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, "cuda",
+                                                 connect_cuda_channel(env, opts, store, link, opts.segment_bytes),
+                                                 opts);
+  comm->set_device(link);
+  return comm;
+}
+
+// A ring communicator that keeps rank 0's store serving for as long as it lives.
+std::unique_ptr<Communicator> keeping(std::unique_ptr<RingCommunicator> comm, std::shared_ptr<StoreServer> server) {
+  if (server) comm->keep_alive(std::move(server));
+  return comm;
+}
+
+std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options) {
+  CommOptions opts = resolve_comm_options(options);
+  if (opts.backend == CommBackend::mpi) return connect_mpi_communicator(env, opts);
+  const CommPath path = comm_path_for(opts);
+  check_path(env, opts, path);
+  const bool device_ring = path == CommPath::cuda_ring || path == CommPath::sim_cuda_ring;
+  if (device_ring && opts.segment_bytes == CommOptions{}.segment_bytes) opts.segment_bytes = kCudaDefaultSegmentBytes;
+  if (env.world_size == 1) return connect_single_rank(env, opts, path);
   RZ_CHECK(!env.job_token.empty(),
            "RINGZERO_JOB_TOKEN is not set: every rank must know the same job token to join the rendezvous store "
            "(ringzero's launcher sets it; with torchrun or srun export one random value to all ranks)");
-  // The token is an HMAC key (comm/job_auth.h), never sent: any length works; the bound only
+  // The token is an HMAC key (comm/rendezvous/job_auth.h), never sent: any length works; the bound only
   // keeps a pasted file out.
   RZ_CHECK(env.job_token.size() <= 1024, "RINGZERO_JOB_TOKEN: expected at most 1024 characters, found %zu",
            env.job_token.size());
@@ -217,45 +219,26 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
            "rendezvous: rank %d is already taken in the store at %s:%d (by %s): two jobs share MASTER_PORT and "
            "RINGZERO_JOB_TOKEN, or two processes were given RANK=%d",
            env.rank, env.master_addr.c_str(), env.master_port, holder.c_str(), env.rank);
+  // Every ring (the simulated NCCL's host ring too) learns from the store which ranks share
+  // this host; NCCL finds that out itself.
+  if (path != CommPath::nccl) store.set(strfmt("host/%d", env.rank), host_identity());
 
-  if (nccl && !sim) return make_nccl_communicator(env, opts, &store, server);
-
-  store.set(strfmt("host/%d", env.rank), host_identity());
-  if (nccl) {
-    // The simulated NCCL's collectives run on a host ring of these processes.
-    return make_nccl_communicator(env, opts, &store, server,
-                                  make_sim_nccl_calls(connect_host_ring(env, sim_nccl_ring_options(opts), store)));
+  switch (path) {
+    case CommPath::nccl: return make_nccl_communicator(env, opts, &store, server);
+    case CommPath::sim_nccl:  // the simulated NCCL's collectives run on a host ring of these processes
+      return make_nccl_communicator(env, opts, &store, server,
+                                    make_sim_nccl_calls(connect_host_ring(env, sim_nccl_ring_options(opts), store)));
+    case CommPath::host_ring: return keeping(connect_host_ring(env, opts, store), server);
+    case CommPath::cuda_ring:
+    case CommPath::sim_cuda_ring: return keeping(connect_device_ring(env, opts, store, path), server);
   }
-  if (cuda_ring) {
-    // One host: device to device through CUDA IPC. Several hosts (or --transport tcp):
-    // staged through pinned host memory over tcp.
-    bool one_host = opts.transport != "tcp";
-    const std::string mine = host_identity();
-    for (int r = 0; r < env.world_size && one_host; ++r) one_host = store.get(strfmt("host/%d", r)) == mine;
-    RZ_CHECK(one_host || opts.transport != "shm",
-             "comm ring with GPU buffers: --transport shm, but the ranks run on several hosts (use auto or tcp)");
-    if (!one_host) {
-      std::shared_ptr<DeviceLink> link = make_link(0);
-      auto comm = std::make_unique<RingCommunicator>(
-          env.rank, env.world_size, "cuda-tcp", make_staging_ring_channel(connect_tcp_channel(env, opts, store), link),
-          opts);
-      comm->set_device(link);
-      if (server) comm->keep_alive(server);
-      return comm;
-    }
-    std::shared_ptr<DeviceLink> link = make_link(size_t(cuda_inbox_slots()) * opts.segment_bytes);
-    auto comm = std::make_unique<RingCommunicator>(env.rank, env.world_size, "cuda",
-                                                   connect_cuda_channel(env, opts, store, link, opts.segment_bytes),
-                                                   opts);
-    comm->set_device(link);
-    if (server) comm->keep_alive(server);
-    return comm;
-  }
-  auto comm = connect_host_ring(env, opts, store);
-  if (server) comm->keep_alive(server);
-  return comm;
+  RZ_FAIL("comm: no connection path %d", static_cast<int>(path));
 }
 
 }  // namespace
+
+std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
+  return with_test_faults(connect(env, options));  // a test hook; nothing unless RINGZERO_TEST_FAULT is set
+}
 
 }  // namespace rz

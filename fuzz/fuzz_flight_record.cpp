@@ -1,10 +1,10 @@
-// Fuzz target: flight records (comm/flight_doctor.cpp): parse one, then diagnose it beside a
+// Fuzz target: flight records (comm/debug/flight_doctor.cpp): parse one, then diagnose it beside a
 // copy of itself as another rank, as `ringzero doctor` would.
 #include <string>
 #include <vector>
 
 #include "base/check.h"
-#include "comm/flight_doctor.h"
+#include "comm/debug/flight_doctor.h"
 #include "fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,5 +1,5 @@
-// Fuzz target: the rendezvous wire protocol as both ends read it (comm/job_auth.cpp,
-// comm/store.cpp). The input's first byte picks the side, the rest is a stream of
+// Fuzz target: the rendezvous wire protocol as both ends read it (comm/rendezvous/job_auth.cpp,
+// comm/rendezvous/store.cpp). The input's first byte picks the side, the rest is a stream of
 // [u32 length][bytes] frames as the other end would send them:
 //   even: rank 0's store reading a rank: the hello, the proof, then store requests (each
 //         split and parsed as the server does);
@@ -11,8 +11,8 @@
 // is printable (it goes into a one-line error).
 #include <cstring>
 
-#include "comm/job_auth.h"
-#include "comm/store.h"
+#include "comm/rendezvous/job_auth.h"
+#include "comm/rendezvous/store.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

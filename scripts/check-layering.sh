@@ -4,6 +4,7 @@
 #
 #   base                                    (no other module)
 #   comm     base                           ring collectives, transports, rendezvous
+#   launch   base comm                      ringzero as its own launcher (starts the ranks)
 #   kernels  base                           CPU and CUDA kernels
 #   data     base                           shards, loader, tokenizers
 #   model    base kernels                   GPT-2 over the kernels
@@ -19,11 +20,12 @@ root=${1:-"$(dirname "$0")/.."}
 declare -A allowed=(
   [base]=""
   [comm]="base"
+  [launch]="base comm"
   [kernels]="base"
   [data]="base"
   [model]="base kernels"
   [zero]="base comm kernels model"
-  [train]="base comm kernels data model zero"
+  [train]="base comm kernels data launch model zero"
 )
 
 bad=0

@@ -1,4 +1,4 @@
-// The job token's challenge-response (comm/job_auth.h): both sides prove the token and
+// The job token's challenge-response (comm/rendezvous/job_auth.h): both sides prove the token and
 // neither sends it. Tried here: a listener pretending to be rank 0 (it never sees the
 // token, and what it captures opens nothing), a recorded exchange replayed to either side,
 // a wrong token, ranks of other protocol versions (each gets a clear error at once, not a
@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "base/check.h"
-#include "comm/job_auth.h"
-#include "comm/socket.h"
-#include "comm/store.h"
+#include "comm/rendezvous/job_auth.h"
+#include "comm/transport/socket.h"
+#include "comm/rendezvous/store.h"
 
 using namespace rz;
 

@@ -1,4 +1,4 @@
-// The ring's cuda transport, the parts that run without a GPU (comm/device_ring.h):
+// The ring's cuda transport, the parts that run without a GPU (comm/transport/device_ring.h):
 //   - the inbox record (IPC handle and slot geometry) through the rendezvous store: its
 //     text form, malformed values refused with one line naming the key, the job token;
 //   - the whole transport (data segments into the right neighbour's inbox slots, notices
@@ -19,10 +19,11 @@
 #include <filesystem>
 #include <mutex>
 
-#include "comm/device_ring.h"
-#include "comm/ring_communicator.h"
-#include "comm/store.h"
-#include "comm/transports.h"
+#include "comm/factory.h"
+#include "comm/transport/device_ring.h"
+#include "comm/ring/ring_communicator.h"
+#include "comm/rendezvous/store.h"
+#include "comm/transport/transports.h"
 #include "run_ringzero.h"
 #include "test_comm_util.h"
 

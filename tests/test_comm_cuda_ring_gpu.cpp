@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/memory.h"
-#include "comm/device_ring.h"
+#include "comm/transport/device_ring.h"
 #include "kernels/backend.h"
 #include "run_ringzero.h"
 #include "gpu_procs.h"
@@ -146,7 +146,7 @@ TEST_CASE("cuda transport: 2 and 4 ranks on GPU 0, every collective against clos
     CommOptions o;
     o.device_buffers = true;
     o.cuda_device = 0;
-    o.transport = transport;
+    o.transport = parse_comm_transport(transport);
     o.segment_bytes = 64 << 10;  // 1000003 fp32 elements: 62 segments, each device slot reused
     o.timeout_s = 60;
     const std::string expect = name;

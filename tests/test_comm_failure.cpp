@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "base/clock.h"
-#include "comm/ring_communicator.h"
+#include "comm/ring/ring_communicator.h"
 #include "test_comm_procs.h"
 #include "test_comm_util.h"
 
@@ -32,7 +32,7 @@ class KillAtRound final : public RingObserver {
 void kill_mid_collective(const std::string& transport) {
   const int N = 4, victim = 2;
   CommOptions o;
-  o.transport = transport;
+  o.transport = parse_comm_transport(transport);
   o.timeout_s = 60;  // the survivors must not need the timeout
   o.segment_bytes = 4096;
   auto t0 = Clock::now();
@@ -64,7 +64,7 @@ TEST_CASE("tcp: a rank killed mid-collective fails the others promptly") { kill_
 
 TEST_CASE("a rank that never arrives makes the others time out with a clear error") {
   CommOptions o;
-  o.transport = "shm";
+  o.transport = CommTransport::shm;
   o.timeout_s = 1.0;
   auto results = run_process_ranks(2, o, [&](Communicator& c) {
     std::vector<float> buf(16, 1.0f);

@@ -1,4 +1,4 @@
-// Tests of the flight recorder (comm/flight_recorder.h) and the doctor (comm/flight_doctor.h)
+// Tests of the flight recorder (comm/debug/flight_recorder.h) and the doctor (comm/debug/flight_doctor.h)
 // on thread ranks: what an entry holds (op, count, purpose, bucket, step, state, ring round),
 // the bounded buffer, dumps on a timeout, on SIGUSR1 and from the watchdog, --comm-debug's
 // mismatch in the record, and the doctor's verdicts on records with known answers.
@@ -16,8 +16,8 @@
 
 #include "base/trace.h"
 #include "comm/factory.h"
-#include "comm/flight_doctor.h"
-#include "comm/flight_recorder.h"
+#include "comm/debug/flight_doctor.h"
+#include "comm/debug/flight_recorder.h"
 #include "test_comm_util.h"
 
 namespace fs = std::filesystem;

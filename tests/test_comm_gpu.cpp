@@ -16,7 +16,7 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "comm/factory.h"
-#include "comm/nccl_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
 #if RZ_TEST_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -58,7 +58,7 @@ struct DevTensor {
 // A one-rank NCCL communicator on GPU 0.
 std::unique_ptr<Communicator> one_nccl_rank() {
   CommOptions o;
-  o.backend = "nccl";
+  o.backend = CommBackend::nccl;
   o.cuda_device = 0;
   o.timeout_s = 60;
   return connect_communicator(RankEnv{}, o);

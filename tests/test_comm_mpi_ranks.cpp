@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     RankEnv env = rank_env_from_environment();
     rank = env.rank;
     CommOptions opts;
-    opts.backend = "mpi";
+    opts.backend = CommBackend::mpi;
     if (mode == "timeout") opts.timeout_s = 3.0;
     if (argc > 2) opts.flight_dir = argv[2];
     opts.debug = mode == "mismatch";

@@ -11,9 +11,9 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/nccl_communicator.h"
-#include "comm/nccl_id.h"
-#include "comm/store.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/rendezvous/nccl_id.h"
+#include "comm/rendezvous/store.h"
 #include "run_ringzero.h"
 
 using namespace rz;
@@ -84,7 +84,7 @@ TEST_CASE("nccl: the backend is listed, and where it cannot run it is a one-line
   const std::string why = nccl_unavailable();
   if (!why.empty()) {
     CommOptions o;
-    o.backend = "nccl";
+    o.backend = CommBackend::nccl;
     RankEnv env;  // one rank
     REQUIRE_THROWS_WITH(connect_communicator(env, o), Catch::StartsWith("comm nccl: ") && Catch::Contains(why));
     // Before any rendezvous: a two-rank job without a store fails at once, not after a timeout.

@@ -21,7 +21,8 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
+#include "comm/rendezvous/job_auth.h"
+#include "launch/launch.h"
 #include "test_comm_util.h"
 
 namespace rz::testing {
@@ -110,7 +111,7 @@ inline std::vector<RankResult> run_process_ranks(int nranks, const CommOptions& 
 inline void check_transport_collectives(const std::string& transport) {
   for (int N = 1; N <= 8; ++N) {
     CommOptions o;
-    o.transport = transport;
+    o.transport = parse_comm_transport(transport);
     o.segment_bytes = 8;
     o.timeout_s = 30;
     auto results = run_process_ranks(N, o, [&](Communicator& c) {
@@ -128,7 +129,7 @@ inline void check_transport_collectives(const std::string& transport) {
 inline void check_transport_allreduce_bytes(const std::string& transport) {
   const int N = 4;
   CommOptions o;
-  o.transport = transport;
+  o.transport = parse_comm_transport(transport);
   o.timeout_s = 30;
   auto results = run_process_ranks(N, o, [&](Communicator& c) {
     const size_t count = 1 << 18;

@@ -28,8 +28,8 @@
 #include "base/clock.h"
 #include "base/memory.h"
 #include "base/shared_memory.h"
-#include "comm/ring.h"
-#include "comm/ring_communicator.h"
+#include "comm/ring/ring.h"
+#include "comm/ring/ring_communicator.h"
 #include "test_comm_procs.h"
 #include "test_process_util.h"
 #include "test_comm_util.h"
@@ -60,7 +60,7 @@ constexpr size_t kSegmentBytes = 16 * 1024;  // chunks through the slots take se
 
 CommOptions shm_options() {
   CommOptions o;
-  o.transport = "shm";
+  o.transport = CommTransport::shm;
   o.segment_bytes = kSegmentBytes;
   o.timeout_s = 30;
   return o;

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/launch.h"
-#include "comm/socket.h"
+#include "comm/rendezvous/job_auth.h"
+#include "launch/launch.h"
+#include "comm/transport/socket.h"
 #include "tests/run_ringzero.h"
 
 using namespace rz;

@@ -98,7 +98,7 @@ void check_large_collectives(Communicator& c) {
 
 CommOptions shm_options() {
   CommOptions o;
-  o.transport = "shm";
+  o.transport = CommTransport::shm;
   o.segment_bytes = shm_segment_bytes;
   o.timeout_s = 30;
   return o;

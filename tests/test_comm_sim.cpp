@@ -1,6 +1,6 @@
 // GPU ranks' two communicators on the simulated device (base/sim_device.h), so their
-// code runs in CI: the ring's cuda transport (comm/device_ring.cpp over the simulated link,
-// comm/sim_ring.cpp) and the nccl backend's own logic (comm/nccl_communicator.cpp).
+// code runs in CI: the ring's cuda transport (comm/transport/device_ring.cpp over the simulated link,
+// comm/transport/sim_ring.cpp) and the nccl backend's own logic (comm/nccl/nccl_communicator.cpp).
 //
 // cuda transport: 1 to 4 thread ranks, inboxes in simulated-device memory, device to
 // device and staged through host memory (the across-hosts form): every collective on
@@ -8,7 +8,7 @@
 // host buffers go over the host channel; a mix is refused; ring.cpp reaches device
 // elements only through the link (a host access would die in the arena).
 //
-// nccl: NcclCommunicator over the simulated call table (comm/nccl_calls_sim.cpp), 1 to 4
+// nccl: NcclCommunicator over the simulated call table (comm/nccl/nccl_calls_sim.cpp), 1 to 4
 // thread ranks, the unique id through a real store. NCCL's contract holds: buffers must be
 // device memory (a host pointer is refused with one line), work is stream-ordered (a
 // stream-form OnDone runs when the collective is queued, on the comm stream, and sees its
@@ -30,12 +30,12 @@
 #include "base/sim_device.h"
 #include "base/trace.h"
 #include "comm/factory.h"
-#include "comm/nccl_calls.h"
-#include "comm/device_ring.h"
-#include "comm/nccl_communicator.h"
-#include "comm/ring_communicator.h"
-#include "comm/store.h"
-#include "comm/transports.h"
+#include "comm/nccl/nccl_calls.h"
+#include "comm/transport/device_ring.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/ring/ring_communicator.h"
+#include "comm/rendezvous/store.h"
+#include "comm/transport/transports.h"
 #include "test_comm_util.h"
 
 using namespace rz;
@@ -98,7 +98,7 @@ SimNcclRanks make_ranks(int N, double timeout_s = 30.0) {
     env.world_size = N;
     env.local_rank = r;
     CommOptions o = opts;
-    o.backend = "nccl";
+    o.backend = CommBackend::nccl;
     o.sim_device = true;
     o.device_buffers = true;
     StoreClient store("127.0.0.1", R.server->port(), "sim-nccl-token", 10.0);

@@ -18,9 +18,9 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/job_auth.h"
-#include "comm/socket.h"
-#include "comm/store.h"
+#include "comm/rendezvous/job_auth.h"
+#include "comm/transport/socket.h"
+#include "comm/rendezvous/store.h"
 
 using namespace rz;
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <thread>
 
-#include "comm/job_auth.h"
-#include "comm/transports.h"
+#include "comm/rendezvous/job_auth.h"
+#include "comm/transport/transports.h"
 #include "test_comm_procs.h"
 #include "test_comm_util.h"
 

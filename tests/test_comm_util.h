@@ -17,7 +17,7 @@
 #include "base/bf16.h"
 #include "base/check.h"
 #include "comm/communicator.h"
-#include "comm/ring.h"
+#include "comm/ring/ring.h"
 
 namespace rz::testing {
 

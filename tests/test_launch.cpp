@@ -1,4 +1,4 @@
-// Tests of comm/launch: the launcher sets the rank variables, and one failing rank stops
+// Tests of launch/: the launcher sets the rank variables, and one failing rank stops
 // the others promptly with that rank's status. The children are small shell scripts.
 #include <catch2/catch.hpp>
 
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
-#include "comm/launch.h"
+#include "launch/launch.h"
 
 using namespace rz;
 

@@ -99,7 +99,7 @@ struct Ranks {
   std::vector<std::unique_ptr<Strategy>> strategies;
   Ranks(int n, StrategyKind kind, Precision prec, uint64_t seed) {
     CommOptions co;
-    co.transport = "thread";
+    co.transport = CommTransport::thread;
     co.timeout_s = 60.0;
     comms = make_thread_communicators(n, co);
     StrategyOptions so;

@@ -2,7 +2,7 @@
 //   - a rank stopped with SIGSTOP mid-training: the others time out (3 s), write their
 //     records, and the launcher prints the doctor's verdict naming the stopped rank;
 //   - a rank made to skip one gradient bucket, and one made to send half the elements
-//     (RINGZERO_TEST_FAULT, a test-only hook: comm/fault_injection.h): the doctor names the
+//     (RINGZERO_TEST_FAULT, a test-only hook: comm/debug/fault_injection.h): the doctor names the
 //     rank and the collective where the programs part, with and without --comm-debug.
 // Each job ends within the comm timeout plus the launcher's grace, leaves no process and no
 // shared-memory segment behind, and only complete .json records in its flight directory.
@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "comm/flight_doctor.h"
+#include "comm/debug/flight_doctor.h"
 #include "run_ringzero.h"
 
 namespace fs = std::filesystem;

@@ -106,7 +106,7 @@ TEST_CASE("zero3 sends 1.5x ddp's bytes per step (ZeRO paper), and gathers ahead
 
 TEST_CASE("a zero3 model reads parameters only through its strategy") {
   CommOptions copts;
-  copts.transport = "thread";
+  copts.transport = CommTransport::thread;
   auto comms = make_thread_communicators(1, copts);
   GPT2 model(tiny_config(), ModelOptions{});
   model.init_random(1);

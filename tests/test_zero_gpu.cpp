@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "comm/device_ring.h"
+#include "comm/transport/device_ring.h"
 #include "gpu_compare.h"
 #include "gpu_procs.h"
 #include "run_ringzero.h"

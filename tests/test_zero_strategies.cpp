@@ -206,7 +206,7 @@ TEST_CASE("zero2 gradient memory equals the formula and is smaller than ddp's") 
 
 TEST_CASE("strategies refuse misuse with one-line errors") {
   CommOptions copts;
-  copts.transport = "thread";
+  copts.transport = CommTransport::thread;
   auto comms = make_thread_communicators(1, copts);
   GPT2 model(tiny_config(), ModelOptions{});
   StrategyOptions o;

@@ -61,7 +61,7 @@ template <typename Hook>
 RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   const int N = spec.nranks;
   CommOptions copts;
-  copts.transport = "thread";
+  copts.transport = CommTransport::thread;
   copts.timeout_s = 60.0;
   auto comms = make_thread_communicators(N, copts);
   GPT2Config cfg = tiny_config();

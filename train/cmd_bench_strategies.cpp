@@ -34,7 +34,7 @@
 #include "base/file.h"
 #include "base/trace.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
+#include "launch/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "train/cli_number.h"
@@ -114,7 +114,7 @@ uint64_t fnv1a(const void* data, size_t bytes) {
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
   CommOptions copts;
-  copts.transport = a.transport;
+  copts.transport = parse_comm_transport(a.transport);
   auto comm = connect_communicator(env, copts);
   const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",

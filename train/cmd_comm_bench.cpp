@@ -1,6 +1,6 @@
 // train/cmd_comm_bench.cpp: `ringzero comm-bench`, nccl-tests for ringzero's own ring.
 //
-// Spawns --nproc ranks itself (comm/launch.h) unless --transport thread, then for each
+// Spawns --nproc ranks itself (launch/launch.h) unless --transport thread, then for each
 // size from --min-bytes to --max-bytes (x2 each step) times --iters collectives after
 // --warmup untimed ones, and checks one more run whose answer has a closed form (rank r,
 // element i holds a small integer, so every sum is exact in fp32 and bf16). Columns and
@@ -26,10 +26,10 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "comm/device_ring.h"
+#include "comm/transport/device_ring.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
-#include "comm/nccl_communicator.h"
+#include "launch/launch.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
 #include "train/cli_number.h"
 #include "train/command.h"
@@ -309,7 +309,7 @@ int run_comm_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "private"}))->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object per size instead of the table");
   app.add_option("--flight-entries", a.flight_entries,
-                 "collectives each rank's flight recorder keeps (0: none; comm/flight_recorder.h)")
+                 "collectives each rank's flight recorder keeps (0: none; comm/debug/flight_recorder.h)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_option("--flight-dir", a.flight_dir, "where a rank writes its flight record on a comm error or SIGUSR1");
   app.add_flag("--comm-debug", a.comm_debug, "compare every collective's fingerprint across ranks first (RINGZERO_COMM_DEBUG=1)");
@@ -337,8 +337,8 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;
-  opts.backend = a.comm;
-  opts.transport = a.transport;
+  opts.backend = parse_comm_backend(a.comm);
+  opts.transport = parse_comm_transport(a.transport);
   opts.timeout_s = a.timeout_s;
   opts.segment_bytes = seg;
   opts.flight_entries = a.flight_entries;

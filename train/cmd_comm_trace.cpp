@@ -1,7 +1,7 @@
 // train/cmd_comm_trace.cpp: `ringzero comm-trace`, the ring's round tables, live (in the
 // layout of the seed article's tables, docs/comm.md).
 //
-// Runs the real ring (comm/ring.cpp) on N thread ranks with one element per chunk and
+// Runs the real ring (comm/ring/ring.cpp) on N thread ranks with one element per chunk and
 // watches every round through a RingObserver. The data itself is symbolic: rank r's
 // element is 2^r, so any partial sum is a bit set of the ranks that contributed (exact in
 // fp32 up to 24 ranks), and reading the buffer after a round tells exactly whose terms it
@@ -17,8 +17,8 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/ring.h"
-#include "comm/ring_communicator.h"
+#include "comm/ring/ring.h"
+#include "comm/ring/ring_communicator.h"
 #include "train/cli_number.h"
 #include "train/command.h"
 #include "train/ring_example.h"

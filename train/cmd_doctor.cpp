@@ -1,11 +1,11 @@
 // train/cmd_doctor.cpp: `ringzero doctor DIR`: the ranks' flight records merged into a few
-// lines: who hangs where, or which ranks disagree on the program (comm/flight_doctor.h).
+// lines: who hangs where, or which ranks disagree on the program (comm/debug/flight_doctor.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>
 
-#include "comm/flight_doctor.h"
+#include "comm/debug/flight_doctor.h"
 #include "train/command.h"
 
 namespace rz {

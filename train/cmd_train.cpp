@@ -6,7 +6,7 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/launch.h"
+#include "launch/launch.h"
 #include "train/command.h"
 #include "train/config.h"
 #include "train/flight.h"
@@ -41,7 +41,7 @@ int run_train(int argc, char** argv) {
     lo.master_addr = cfg.master_addr;
     lo.master_port = cfg.master_port;
     // Every rank writes its flight record into one directory; when the job fails that way,
-    // the doctor's summary follows the launcher's own line (comm/flight_doctor.h).
+    // the doctor's summary follows the launcher's own line (comm/debug/flight_doctor.h).
     const std::string flight_dir = resolve_flight_dir(cfg);
     setenv("RINGZERO_FLIGHT_DIR", flight_dir.c_str(), 1);
     const double launched_at = unix_now();

@@ -2,7 +2,7 @@
 // reduction loses on the ring, against fp32, as N grows.
 //
 // Why: the ring's ReduceScatter rounds each chunk's partial sum to the dtype it travels in
-// after every one of its N-1 hops (comm/ring.cpp), so the error of a bf16 reduction grows
+// after every one of its N-1 hops (comm/ring/ring.cpp), so the error of a bf16 reduction grows
 // with N; fp32 partials round at fp32's precision and cost twice the bytes
 // (--grad-reduce-dtype, zero/wide_reduce.h). This measures it on gradients from a real
 // backward of a training config's model (configs/tiny.toml by default), not on noise:

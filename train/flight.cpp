@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "base/check.h"
-#include "comm/flight_doctor.h"
+#include "comm/debug/flight_doctor.h"
 
 namespace rz {
 

@@ -1,5 +1,5 @@
 // train/flight.h: where a training job's flight records go, and the summary its launcher
-// prints when the job fails (comm/flight_recorder.h, comm/flight_doctor.h).
+// prints when the job fails (comm/debug/flight_recorder.h, comm/debug/flight_doctor.h).
 #pragma once
 
 #include <string>

@@ -23,10 +23,10 @@
 #include "base/memory.h"
 #include "base/trace.h"
 #include "base/stop_signal.h"
-#include "comm/device_ring.h"
+#include "comm/transport/device_ring.h"
 #include "comm/factory.h"
-#include "comm/flight_recorder.h"
-#include "comm/nccl_communicator.h"
+#include "comm/debug/flight_recorder.h"
+#include "comm/nccl/nccl_communicator.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -174,7 +174,7 @@ void Trainer::setup() {
     // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
     // visible GPUs, the one its communicator picks.
     CommOptions probe;
-    probe.backend = cfg_.comm;
+    probe.backend = parse_comm_backend(cfg_.comm);
     probe.sim_device = sim_device;
     device_.index = cfg_.comm == "nccl" ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
@@ -230,8 +230,8 @@ void Trainer::setup() {
   if (!cfg_.save_dir.empty()) check_save_dir();
 
   CommOptions copts;
-  copts.backend = cfg_.comm;
-  copts.transport = cfg_.transport;
+  copts.backend = parse_comm_backend(cfg_.comm);
+  copts.transport = parse_comm_transport(cfg_.transport);
   copts.timeout_s = cfg_.comm_timeout;
   copts.debug = cfg_.comm_debug;
   copts.flight_dir = resolve_flight_dir(cfg_);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "base/check.h"
+#include "comm/ring/ring.h"
 #include "kernels/cpu/matmul_onednn.h"
 #include "model/gpt2.h"
 #include "model/layout.h"
@@ -78,11 +79,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
   if (sharded && in.nranks > 1) {
-    // comm/ring.cpp: ReduceScatter keeps partial sums in one chunk-sized buffer, the
-    // largest bucket's shard; AllReduce (ddp) and AllGather work in place.
-    size_t shard = 0;
-    for (const Bucket& b : plan.buckets) shard = std::max(shard, b.shard);
-    p.ring_work = shard * (in.grad_reduce_fp32 ? sizeof(float) : pb);
+    // The ring's ReduceScatter work buffer (comm/ring/ring.h), grown to the largest
+    // bucket's; AllReduce (ddp) and AllGather work in place.
+    const size_t esz = in.grad_reduce_fp32 ? sizeof(float) : pb;
+    for (const Bucket& b : plan.buckets)
+      p.ring_work = std::max(p.ring_work, ring_scratch_bytes(b.padded, in.nranks, esz));
   }
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
   if (z3) {

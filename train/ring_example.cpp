@@ -10,8 +10,8 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
-#include "comm/ring.h"
-#include "comm/ring_communicator.h"
+#include "comm/ring/ring.h"
+#include "comm/ring/ring_communicator.h"
 
 namespace rz {
 namespace {

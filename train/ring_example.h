@@ -1,7 +1,7 @@
 // train/ring_example.h: the seed article's worked examples, run through the real ring.
 //
 // `ringzero comm-trace --example` and `--follow-chunk K` print these. Both drive
-// comm/ring.cpp on thread ranks and read what happened through its public RingObserver
+// comm/ring/ring.cpp on thread ranks and read what happened through its public RingObserver
 // (the schedule: who sends which chunk in which round, and what the receiver then holds),
 // so they show what the code does, not a second description of it.
 #pragma once

@@ -18,7 +18,7 @@
 #include "base/clock.h"
 #include "base/memory.h"
 #include "base/trace.h"
-#include "comm/flight_recorder.h"
+#include "comm/debug/flight_recorder.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
 #include "zero/strategy.h"
@@ -49,7 +49,7 @@ class StrategyCore : public Strategy, public GradSink {
   // submit_bucket(b) with its collectives labelled "bucket b" on the trace's comm track.
   void submit_bucket_labelled(int b) {
     trace::BucketLabel label(b);
-    CommPurpose purpose("gradients");  // the flight recorder's label (comm/flight_recorder.h)
+    CommPurpose purpose("gradients");  // the flight recorder's label (comm/debug/flight_recorder.h)
     submit_bucket(b);
   }
   // Called at micro-step 0, before backward: start a new accumulation window.

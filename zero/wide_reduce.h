@@ -1,7 +1,7 @@
 // zero/wide_reduce.h: bf16 gradient buckets reduced in fp32 (--grad-reduce-dtype fp32).
 //
 // Why: the ring's ReduceScatter rounds the partial sum of each chunk to the dtype it travels
-// in at every one of its N-1 hops (comm/ring.cpp), so a bf16 reduction's error grows with
+// in at every one of its N-1 hops (comm/ring/ring.cpp), so a bf16 reduction's error grows with
 // N (about sqrt(N) for sums of gradients; docs/comm.md, "The precision of the reduction").
 // Sending fp32 partials instead costs twice the bytes per hop. bf16 runs choose:
 //   bf16  the bucket travels and is summed in bf16, as it lies (the default);

@@ -5,7 +5,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
-#include "comm/flight_recorder.h"
+#include "comm/debug/flight_recorder.h"
 
 namespace rz {
 

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/cuda/grid.h"
 
 namespace rz::cuda {

@@ -19,20 +19,6 @@
 
 namespace rz {
 
-namespace cuda {
-
-void check_launch(const char* kernel, cudaStream_t stream, const char* file, int line) {
-  cudaError_t err = cudaGetLastError();
-  static const bool sync_each = [] {
-    const char* v = std::getenv("RINGZERO_CUDA_SYNC");
-    return v != nullptr && v[0] == '1';
-  }();
-  if (err == cudaSuccess && sync_each) err = cudaStreamSynchronize(stream);
-  if (err != cudaSuccess) fail(strfmt("%s:%d: kernel %s failed: %s", file, line, kernel, cudaGetErrorString(err)));
-}
-
-}  // namespace cuda
-
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -1,0 +1,214 @@
+// comm/ring/slot_ring.cpp: the slot ring's wait, publish and consume paths (see slot_ring.h).
+#include "comm/ring/slot_ring.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "base/memory.h"
+
+namespace rz {
+namespace {
+
+constexpr size_t kAlign = 64;
+size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// Shared (not FUTEX_PRIVATE) so a sleeper in one process is woken by a writer in another.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) {
+  timespec ts{0, timeout_ns};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+}
+
+// A zombie still answers kill(pid, 0), so also look at its state in /proc. A /proc entry
+// that exists but cannot be read (a seccomp filter, hidepid) says nothing: alive.
+bool process_gone(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return errno == ENOENT || errno == ESRCH;
+  char buf[512] = {0};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* rp = std::strrchr(buf, ')');
+  return n > 0 && rp != nullptr && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+size_t SlotRing::mapping_bytes(uint32_t nslots, size_t slot_bytes) {
+  return round_up(sizeof(SlotRingHeader) + nslots * sizeof(SlotMeta)) + nslots * round_up(slot_bytes);
+}
+
+void SlotRing::format(void* mem, uint32_t nslots, size_t slot_bytes) {
+  auto* h = new (mem) SlotRingHeader{};
+  h->nslots = nslots;
+  h->slot_bytes = slot_bytes;
+  h->magic = kMagic;
+}
+
+SlotRing::SlotRing(void* mem, size_t bytes) : hdr_(static_cast<SlotRingHeader*>(mem)) {
+  RZ_CHECK(bytes >= sizeof(SlotRingHeader) && hdr_->magic == kMagic,
+           "slot ring: mapping of %zu bytes has no valid header (magic %08x)", bytes,
+           bytes >= sizeof(SlotRingHeader) ? hdr_->magic : 0u);
+  RZ_CHECK(hdr_->nslots >= 1 && hdr_->nslots <= 1024 && mapping_bytes(hdr_->nslots, hdr_->slot_bytes) <= bytes,
+           "slot ring: header says %u slots of %llu bytes, which does not fit the %zu-byte mapping",
+           hdr_->nslots, static_cast<unsigned long long>(hdr_->slot_bytes), bytes);
+}
+
+char* SlotRing::slot(uint32_t i) {
+  char* base = reinterpret_cast<char*>(hdr_) + round_up(sizeof(SlotRingHeader) + hdr_->nslots * sizeof(SlotMeta));
+  return base + static_cast<size_t>(i % hdr_->nslots) * round_up(hdr_->slot_bytes);
+}
+
+int spin_pauses_for(int nranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return nranks <= cores ? 64 : 0;
+}
+
+void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
+                        const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
+  using clock = std::chrono::steady_clock;
+  // 1. Spin very briefly (watch.spin_pauses; none when ranks outnumber cores). Longer
+  //    spins (2000 pauses) made the 8-byte all_reduce 9x slower on a loaded 2-core host
+  //    (bench/results/comm-targets-2026-11-29.md): the spinning rank burns the time slice
+  //    its peer needs. A yield that finds nothing else to run returns at once, so phase 2
+  //    costs an idle host almost nothing.
+  for (int i = 0; i < watch.spin_pauses; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  auto start = clock::now();
+  auto deadline = start + std::chrono::duration<double>(watch.timeout_s);
+  // 2. Yield for up to kYieldPhase: gives the core to a runnable peer (or its comm
+  //    thread) without the wake-up latency of a futex sleep, which costs tens of
+  //    microseconds per hop. Only a peer that is busy computing for longer than this
+  //    (a rank waiting at the start of a collective) ends up in phase 3.
+  constexpr auto kYieldPhase = std::chrono::milliseconds(2);
+  auto next_pid_check = start + std::chrono::milliseconds(50);
+  for (unsigned i = 0;; ++i) {
+    if (ready()) return;
+    if ((i & 15) == 15) {
+      if (watch.stop && watch.stop()) return;
+      if (hdr_->closed.load() != 0) break;  // reported below
+      if (clock::now() - start >= kYieldPhase) break;
+    }
+    sched_yield();
+  }
+  // 3. Sleep on the futex in short slices, checking the closed flag, the deadline and
+  //    whether the peer process still exists between slices.
+  for (;;) {
+    uint32_t seen = word.load();
+    if (ready()) return;
+    if (watch.stop && watch.stop()) return;
+    if (hdr_->closed.load() != 0)
+      throw PeerError(watch.peer_rank, strfmt("peer rank %d closed the channel", watch.peer_rank));
+    auto now = clock::now();
+    if (now >= deadline)
+      throw PeerError(watch.peer_rank,
+                      strfmt("timed out after %.0f s waiting for rank %d to %s (raise --comm-timeout or "
+                             "RINGZERO_COMM_TIMEOUT if that rank is just slow)",
+                             watch.timeout_s, watch.peer_rank, sending ? "take data" : "send data"));
+    if (watch.check_pid && now >= next_pid_check) {
+      int pid = sending ? hdr_->receiver_pid.load() : hdr_->sender_pid.load();
+      if (process_gone(pid))
+        throw PeerError(watch.peer_rank,
+                        strfmt("peer rank %d closed the channel (its process %d died)", watch.peer_rank, pid));
+      next_pid_check = now + std::chrono::milliseconds(50);
+    }
+    waiting.store(1);
+    if (word.load() == seen && !ready() && hdr_->closed.load() == 0) futex_wait(&word, seen, 10'000'000);
+    waiting.store(0);
+  }
+}
+
+void* SlotRing::acquire(const PeerWatch& watch) {
+  uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  wait_for(hdr_->tail, hdr_->sender_waiting,
+           [&] { return h - hdr_->tail.load(std::memory_order_acquire) < hdr_->nslots; }, watch, true);
+  if (h - hdr_->tail.load(std::memory_order_acquire) >= hdr_->nslots) return nullptr;  // stopped
+  return slot(h);
+}
+
+void SlotRing::publish(size_t bytes, MsgTag tag) {
+  uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  meta()[h % hdr_->nslots] = SlotMeta{bytes, static_cast<uint32_t>(tag), 0};
+  hdr_->head.store(h + 1, std::memory_order_seq_cst);
+  if (hdr_->receiver_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->head);
+}
+
+bool SlotRing::send(const void* src, size_t bytes, MsgTag tag, const PeerWatch& watch) {
+  RZ_CHECK(bytes <= hdr_->slot_bytes, "slot ring: a %zu-byte message exceeds the %llu-byte slot", bytes,
+           static_cast<unsigned long long>(hdr_->slot_bytes));
+  void* dst = acquire(watch);
+  if (dst == nullptr) return false;
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  publish(bytes, tag);
+  return true;
+}
+
+void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume,
+                    const PeerWatch& watch) {
+  uint32_t t = hdr_->tail.load(std::memory_order_relaxed);
+  wait_for(hdr_->head, hdr_->receiver_waiting,
+           [&] { return hdr_->head.load(std::memory_order_acquire) != t; }, watch, false);
+  SlotMeta m = meta()[t % hdr_->nslots];
+  if (m.tag != static_cast<uint32_t>(tag) || m.bytes != bytes) {
+    static const char* names[] = {"?", "data", "debug fingerprint", "barrier", "direct reference"};
+    auto name = [&](uint32_t x) { return x < 5 ? names[x] : names[0]; };
+    throw PeerError(watch.peer_rank,
+                    strfmt("rank %d sent a %llu-byte %s message where a %zu-byte %s message was expected: "
+                           "the ranks are not running the same collective (--comm-debug, or RINGZERO_COMM_DEBUG=1, on every "
+                           "rank finds the first disagreement)",
+                           watch.peer_rank, static_cast<unsigned long long>(m.bytes), name(m.tag), bytes,
+                           name(static_cast<uint32_t>(tag))));
+  }
+  consume(slot(t));
+  hdr_->tail.store(t + 1, std::memory_order_seq_cst);
+  if (hdr_->sender_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->tail);
+}
+
+void SlotRing::wait_consumed(const PeerWatch& watch) {
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  wait_for(hdr_->tail, hdr_->sender_waiting, [&] { return hdr_->tail.load(std::memory_order_acquire) == h; }, watch,
+           true);
+}
+
+void SlotRing::close() {
+  if (hdr_ == nullptr) return;
+  hdr_->closed.store(1);
+  futex_wake(&hdr_->head);
+  futex_wake(&hdr_->tail);
+}
+
+HeapSlotRing::HeapSlotRing(uint32_t nslots, size_t slot_bytes) {
+  bytes_ = SlotRing::mapping_bytes(nslots, slot_bytes);
+  mem_ = tracked_alloc(MemTag::comm, bytes_);
+  SlotRing::format(mem_, nslots, slot_bytes);
+  ring_ = SlotRing(mem_, bytes_);
+}
+
+HeapSlotRing::~HeapSlotRing() { tracked_free(MemTag::comm, mem_, bytes_); }
+
+}  // namespace rz

@@ -1,0 +1,120 @@
+// comm/ring/slot_ring.h: a single-producer single-consumer ring of fixed-size message slots.
+//
+// One SlotRing is the inbox of one directed ring edge (left -> me). It lives in memory
+// both sides can see: a POSIX shared-memory mapping for shm, plain heap memory for the
+// thread transport, and the tcp reader thread's private inbox. The sender copies each
+// segment once into a free slot and publishes it; the receiver reduces from the slot in
+// place and releases it. `head` counts published messages, `tail` consumed ones; slot i
+// of message m is m % nslots. Both counters are 32-bit words so a side that has nothing
+// to do sleeps on them with a futex (shared, so it works across processes).
+//
+// Waiting: spin 64 pause instructions (none when the ranks outnumber the cores), then
+// yield the core for up to 2 ms (a descheduled peer gets to run, and no futex wake-up
+// latency sits on the hot path), and only then futex-sleep in short slices, checking
+// between slices the closed flag, the deadline and (shm) whether the peer process still
+// exists.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "comm/transport/channel.h"
+#include "comm/options.h"
+
+namespace rz {
+
+struct SlotMeta {
+  uint64_t bytes;
+  uint32_t tag;
+  uint32_t pad;
+};
+
+struct SlotRingHeader {
+  uint32_t magic;
+  uint32_t nslots;
+  uint64_t slot_bytes;
+  alignas(64) std::atomic<uint32_t> head;   // messages published by the sender
+  std::atomic<uint32_t> sender_waiting;     // 1 while the sender sleeps on tail
+  alignas(64) std::atomic<uint32_t> tail;   // messages consumed by the receiver
+  std::atomic<uint32_t> receiver_waiting;   // 1 while the receiver sleeps on head
+  alignas(64) std::atomic<uint32_t> closed; // set by either side; wakes both
+  std::atomic<int32_t> sender_pid;
+  std::atomic<int32_t> receiver_pid;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// How a waiting side learns about its peer (for errors and liveness).
+struct PeerWatch {
+  int peer_rank = -1;         // named in errors
+  double timeout_s = kCommTimeoutDefaultS;  // bound on one wait
+  bool check_pid = false;     // shm: the peer is another process whose pid is in the header
+  std::function<bool()> stop; // optional: true aborts the wait quietly (tcp reader shutdown)
+  int spin_pauses = 64;       // pause instructions before the first yield (spin_pauses_for)
+};
+
+// The spin for a ring of nranks ranks on this host: 64 pauses while every rank can have a
+// core of its own (sched_getaffinity of this process), none when the ranks outnumber the
+// cores, where a spinning rank only burns the time slice the rank it waits for needs.
+// Measured on the 2-core VM, 8-byte AllReduce: N = 4 10.0 us without the spin vs 17.3
+// with it; N = 2 0.41 us with it vs 0.78 without (bench/results/comm-targets-2026-11-30e.md).
+int spin_pauses_for(int nranks);
+
+class SlotRing {
+ public:
+  static constexpr uint32_t kMagic = 0x525a534cu;  // "RZSL"
+  static size_t mapping_bytes(uint32_t nslots, size_t slot_bytes);
+  // Writes a fresh header into mem (mapping_bytes() long, zeroed).
+  static void format(void* mem, uint32_t nslots, size_t slot_bytes);
+
+  SlotRing() = default;
+  // Attaches to a formatted mapping of `bytes` bytes; rejects a bad header.
+  SlotRing(void* mem, size_t bytes);
+
+  size_t slot_bytes() const { return hdr_->slot_bytes; }
+  SlotRingHeader* header() { return hdr_; }
+
+  // Producer side: waits for a free slot, copies, publishes. Returns false if watch.stop fired.
+  bool send(const void* src, size_t bytes, MsgTag tag, const PeerWatch& watch);
+  // Producer side, zero-copy: waits for a free slot and returns it (nullptr if stopped);
+  // publish() makes it visible.
+  void* acquire(const PeerWatch& watch);
+  void publish(size_t bytes, MsgTag tag);
+  // Consumer side: waits for the next message, checks tag and size, consumes in place.
+  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume,
+            const PeerWatch& watch);
+
+  // Producer side: waits until the receiver has consumed every published message (the
+  // sender of direct references may then change the memory they point to).
+  void wait_consumed(const PeerWatch& watch);
+
+  void close();
+
+ private:
+  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
+                const std::function<bool()>& ready, const PeerWatch& watch, bool sending);
+  SlotMeta* meta() { return reinterpret_cast<SlotMeta*>(reinterpret_cast<char*>(hdr_) + sizeof(SlotRingHeader)); }
+  char* slot(uint32_t i);
+
+  SlotRingHeader* hdr_ = nullptr;
+};
+
+// A process-local SlotRing (thread transport, tcp reader inbox).
+class HeapSlotRing {
+ public:
+  HeapSlotRing(uint32_t nslots, size_t slot_bytes);
+  ~HeapSlotRing();
+  HeapSlotRing(const HeapSlotRing&) = delete;
+  HeapSlotRing& operator=(const HeapSlotRing&) = delete;
+  SlotRing& ring() { return ring_; }
+  const SlotRing& ring() const { return ring_; }
+
+ private:
+  void* mem_ = nullptr;
+  size_t bytes_ = 0;
+  SlotRing ring_;
+};
+
+}  // namespace rz

@@ -1,0 +1,63 @@
+// comm/transport/transports.h: how each transport builds a rank's RingChannel (internal to comm/).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/transport/channel.h"
+#include "comm/options.h"
+#include "comm/rank_env.h"
+#include "comm/ring/slot_ring.h"
+#include "comm/rendezvous/store.h"
+
+namespace rz {
+
+// Slots per ring edge: enough that a sender runs a few segments ahead of its receiver.
+constexpr uint32_t kSlotsPerEdge = 4;
+// A slot holds one segment, and at least a fingerprint message.
+inline size_t slot_bytes_for(const CommOptions& opts) { return opts.segment_bytes < 64 ? 64 : opts.segment_bytes; }
+
+// thread and shm: send into the right neighbour's inbox, receive from this rank's inbox.
+// keep holds whatever owns the two rings' memory (heap rings, shm mappings). The shm
+// transport extends it with direct reads (comm/transport/shm.cpp).
+class SlotChannel : public RingChannel {
+ public:
+  SlotChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, bool check_pids,
+              std::shared_ptr<void> keep)
+      : to_right_(to_right), from_left_(from_left), keep_(std::move(keep)) {
+    right_.peer_rank = (rank + 1) % nranks;
+    left_.peer_rank = (rank - 1 + nranks) % nranks;
+    right_.timeout_s = left_.timeout_s = timeout_s;
+    right_.check_pid = left_.check_pid = check_pids;
+    right_.spin_pauses = left_.spin_pauses = spin_pauses_for(nranks);
+  }
+  ~SlotChannel() override { close(); }
+  void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
+  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
+    from_left_.recv(bytes, tag, consume, left_);
+  }
+  size_t max_message_bytes() const override { return to_right_.slot_bytes(); }
+  void close() override {
+    to_right_.close();
+    from_left_.close();
+  }
+
+ protected:
+  SlotRing to_right_, from_left_;
+  PeerWatch right_, left_;
+  std::shared_ptr<void> keep_;
+};
+
+std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_left, int rank, int nranks,
+                                               double timeout_s, bool check_pids, std::shared_ptr<void> keep);
+
+// shm: every rank creates its own inbox in /dev/shm, publishes its name in the store, maps
+// the right neighbour's inbox, and unlinks its own once everyone has mapped.
+std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store);
+
+// tcp: every rank listens, publishes host:port in the store, connects to its right
+// neighbour and accepts its left one; both prove the job token (comm/rendezvous/job_auth.h).
+std::unique_ptr<RingChannel> connect_tcp_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store);
+
+}  // namespace rz
