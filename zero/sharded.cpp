@@ -10,13 +10,8 @@
 
 namespace rz {
 
-ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments)
     : StrategyCore(model, comm, opts) {
-  // zero1 and zero2 run on GPU ranks too (their owned arrays on the model's device); zero3's
-  // parameter gate is host code.
-  RZ_CHECK(model.device().is_cpu() || opts.kind != StrategyKind::zero3,
-           "%s on %s: zero3 runs on CPU ranks only in this build; use ddp, zero1 or zero2 on a GPU",
-           strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
   const Device dev = model.device();
   if (precision_ == Precision::bf16) {
@@ -28,9 +23,7 @@ ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const Strategy
       be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
     }
   }
-  // zero3 allocates its moments only after the model's full parameter buffer is gone
-  // (Zero3Strategy's constructor), so its start-up peak does not hold both.
-  if (opts.kind != StrategyKind::zero3) allocate_moments();
+  if (!defer_moments) allocate_moments();
 }
 
 void ShardedStrategy::allocate_moments() {

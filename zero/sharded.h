@@ -25,7 +25,9 @@ namespace rz {
 
 class ShardedStrategy : public StrategyCore {
  public:
-  ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  // defer_moments: the subclass calls allocate_moments() itself, later (zero3 does, once the
+  // model's full parameter buffer is gone, so that its start-up peak does not hold both).
+  ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments = false);
 
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
   // zero1, zero2: every rank holds all the parameters (zero3: its owned shard).
@@ -41,7 +43,7 @@ class ShardedStrategy : public StrategyCore {
   // Where the parameter of layout element `a` lives (a in this rank's part of bucket b), in
   // the model's precision: the model's full params here; zero3's owned shard.
   virtual unsigned char* owned_param(int b, size_t a) const;
-  // m and v of the owned shard, zeroed (the constructor calls it; zero3 calls it later).
+  // m and v of the owned shard, zeroed (the constructor calls it unless defer_moments).
   void allocate_moments();
   // After AdamW: make the updated shards visible to every rank (all-gather; zero3: nothing).
   virtual void publish_params();

@@ -29,7 +29,8 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
       nranks_(comm.size()),
       rank_(comm.rank()),
       plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
-                              comm.size(), opts.buckets_per_unit || opts.kind == StrategyKind::zero3)) {
+                              comm.size(), opts.buckets_per_unit || strategy_traits(opts.kind).cuts_buckets_at_units)) {
+  check_strategy_device(opts.kind, !model.device().is_cpu(), "device " + device_name(model.device()));
   RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);
   RZ_CHECK(std::isfinite(opts.grad_clip), "gradient clipping threshold: expected a finite number, found %g",
@@ -110,7 +111,7 @@ StepStats StrategyCore::finish_stats(double grad_norm) {
     grad_s += now.by_kind[i].seconds - window_start_stats_.by_kind[i].seconds;
   }
   s.comm_overlapped = grad_s > 0.0 ? std::clamp(1.0 - exposed_s_ / grad_s, 0.0, 1.0) : 0.0;
-  if (kind() == StrategyKind::zero3) {
+  if (strategy_traits(kind()).shards_params) {
     const int ag = static_cast<int>(CollectiveKind::all_gather);
     const double gather_s = now.by_kind[ag].seconds - window_start_stats_.by_kind[ag].seconds;
     s.gather_hidden = gather_s > 0.0 ? std::clamp(1.0 - gather_exposed_s_ / gather_s, 0.0, 1.0) : 0.0;

@@ -20,7 +20,7 @@ GatherPool zero3_gather_pool(const ParamLayout& layout, int num_layers) {
 }
 
 Zero3Strategy::Zero3Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : Zero2Strategy(model, comm, opts) {
+    : Zero2Strategy(model, comm, opts, /*defer_moments=*/true) {
   const int L = model.config().num_layers;
   num_units_ = L + 2;
   units_ = param_unit_ranges(layout_, L);
