@@ -68,11 +68,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ParamLayout layout = build_param_layout(in.cfg);
   const size_t pb = precision_bytes(in.precision);
   const StrategyTraits& t = strategy_traits(in.kind);
-  const BucketPlan plan = build_bucket_plan(layout, in.bucket_mb, pb, in.nranks, t.cuts_buckets_at_units);
+  const BucketPlan plan = strategy_bucket_plan(layout, in.kind, in.precision, in.nranks, in.bucket_mb);
   MemoryPlan p;
-  // The plan and pools the strategy would build, zero3's gathered units included.
-  p.states = predicted_state_bytes(layout, in.cfg.num_layers, in.kind, in.precision, in.nranks, in.bucket_mb,
-                                   in.buckets_in_flight, in.grad_shard_fp32, nullptr, in.grad_reduce_fp32);
+  // The pools the strategy would build for that plan, zero3's gathered units included.
+  p.states = predicted_state_bytes(plan, layout, in.cfg.num_layers, in.kind, in.precision, in.buckets_in_flight,
+                                   in.grad_shard_fp32, nullptr, in.grad_reduce_fp32);
   ModelOptions mo{in.precision, in.recompute};
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);

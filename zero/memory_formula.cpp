@@ -64,9 +64,15 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
 ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
                                       bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
+  const BucketPlan plan = strategy_bucket_plan(layout, kind, precision, nranks, bucket_mb);
+  return predicted_state_bytes(plan, layout, num_layers, kind, precision, buckets_in_flight, grad_shard_fp32, pool_out,
+                               grad_reduce_fp32);
+}
+
+ExactStateBytes predicted_state_bytes(const BucketPlan& plan, const ParamLayout& layout, int num_layers,
+                                      StrategyKind kind, Precision precision, int buckets_in_flight,
+                                      bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
   const StrategyTraits& t = strategy_traits(kind);
-  const BucketPlan plan =
-      build_bucket_plan(layout, bucket_mb, precision_bytes(precision), nranks, t.cuts_buckets_at_units);
   // The same pool rules Zero2Strategy and Zero3Strategy allocate by, for the plan they would build.
   const StagingPool pool = t.shards_grads ? zero2_staging_pool(layout, plan, buckets_in_flight) : StagingPool{};
   const GatherPool gathered = t.shards_params ? zero3_gather_pool(layout, num_layers) : GatherPool{};

@@ -28,8 +28,8 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
       grad_bytes_(precision_bytes(model.precision())),
       nranks_(comm.size()),
       rank_(comm.rank()),
-      plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
-                              comm.size(), opts.buckets_per_unit || strategy_traits(opts.kind).cuts_buckets_at_units)) {
+      plan_(strategy_bucket_plan(model.layout(), opts.kind, model.precision(), comm.size(), opts.bucket_mb,
+                                 opts.buckets_per_unit)) {
   check_strategy_device(opts.kind, !model.device().is_cpu(), "device " + device_name(model.device()));
   RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);
