@@ -4,13 +4,13 @@
 // Two sources of a model size:
 //   --params P             a bare parameter count: model states only (the ZeRO paper's and
 //                          the seed article's tables; docs/comm.md), from the bytes/param formulas;
-//   --model / --layers ... a GPT-2 shape: the planner (train/memory_plan.h) gives the exact
+//   --model / --layers ... a GPT-2 shape: the planner (zero/memory/plan.h) gives the exact
 //                          model states (bucket padding included), zero2's staging buckets, the
 //                          activations for (--batch, --seq, --recompute), the step's working
 //                          buffers and the start-up transient, and so the peak per rank;
 //                          --budget turns it around: the largest micro-batch that fits, per
 //                          strategy and recompute mode.
-// The formulas are in zero/memory_formula.h; GB here are decimal (1e9 bytes), as the seed
+// The formulas are in zero/memory/formula.h; GB here are decimal (1e9 bytes), as the seed
 // article counts them (7B x 16 bytes = 112 GB).
 #include <algorithm>
 #include <cmath>
@@ -27,9 +27,9 @@
 #include "model/layout.h"
 #include "train/cli_number.h"
 #include "train/command.h"
-#include "train/memory_plan.h"
+#include "zero/memory/plan.h"
 #include "zero/buckets.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -270,7 +270,7 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
-        // The plan and pools the strategy would build (zero/memory_formula.h).
+        // The plan and pools the strategy would build (zero/memory/formula.h).
         StagingPool pool;
         const ExactStateBytes e =
             predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool,

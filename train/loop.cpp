@@ -42,8 +42,8 @@
 #include "train/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
-#include "zero/memory_formula.h"
-#include "zero/memory_report.h"
+#include "zero/memory/formula.h"
+#include "zero/memory/report.h"
 #include "zero/strategy.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// zero/memory_formula.h: how many bytes of model states each strategy keeps on a rank.
+// zero/memory/formula.h: how many bytes of model states each strategy keeps on a rank.
 //
 // Model states = parameters + gradients + optimizer states (ZeRO paper, section 3.1).
 // With P parameters, N ranks and AdamW:

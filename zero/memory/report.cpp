@@ -1,4 +1,4 @@
-#include "zero/memory_report.h"
+#include "zero/memory/report.h"
 
 #include <cstring>
 

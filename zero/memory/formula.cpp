@@ -1,4 +1,4 @@
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 
 #include <algorithm>
 

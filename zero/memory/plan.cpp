@@ -1,4 +1,4 @@
-#include "train/memory_plan.h"
+#include "zero/memory/plan.h"
 
 #include <algorithm>
 #include <cctype>
