@@ -14,7 +14,7 @@
 // does nothing (it gathers per layer when the model next reads them).
 //
 // Nothing here makes a full-size temporary: start-up goes bucket by bucket from the
-// parameters to the owned arrays, and the checkpoint getters and setters (state_io.cpp)
+// parameters to the owned arrays, and the checkpoint getters and setters (sharded.cpp)
 // stream between the owned arrays and the file a chunk at a time.
 #pragma once
 
@@ -32,7 +32,7 @@ class ShardedStrategy : public StrategyCore {
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
   // zero1, zero2: every rank holds all the parameters (zero3: its owned shard).
   std::vector<std::pair<size_t, size_t>> param_ranges() const override { return {{0, plan_.total}}; }
-  // zero/state_io.cpp: straight between the owned arrays and the chunks, bucket by bucket.
+  // Checkpoint state (sharded.cpp): straight between the owned arrays and the chunks, bucket by bucket.
   void visit_optimizer_state(const StateChunkFn& fn) const override;
   void set_master_chunk(size_t begin, const float* data, size_t n) override;
   void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) override;
@@ -52,8 +52,8 @@ class ShardedStrategy : public StrategyCore {
   // Copies the part of [begin, begin + n) this rank owns into an owned-shard array.
   void chunk_to_owned(size_t begin, const float* data, size_t n, float* owned) const;
 
-  // Checkpoint get / set (zero/state_io.cpp) go a chunk at a time; on a GPU rank through
-  // a host scratch of one chunk.
+  // Checkpoint get / set go a chunk at a time; on a GPU rank through a host scratch of one
+  // chunk (StrategyCore::visit_stored_f32).
 
   Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master; on the model's device
   Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v
