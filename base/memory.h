@@ -4,7 +4,7 @@
 // comm staging) is allocated as a rz::Buffer with a MemTag and a Device. The process-wide
 // MemoryTracker keeps current and peak bytes per device kind and tag, so a rank can report
 // what it really holds -- in host RAM or on its GPU -- next to the formula for its
-// strategy (see zero/memory_report). Counters are atomic: the comm thread allocates and
+// strategy (see zero/memory/report.h). Counters are atomic: the comm thread allocates and
 // frees too.
 //
 // base/ knows no GPU API. Device memory comes from the DeviceAllocator that a backend

@@ -1,4 +1,4 @@
-// The memory planner (train/memory_plan.h) against the tracker's measured peak per rank of
+// The memory planner (zero/memory/plan.h) against the tracker's measured peak per rank of
 // a real training step: `ringzero train --memory-report` on small shapes, strategies,
 // precisions and recompute modes, each within 10% of plan_memory().peak(). Also
 // `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors.
@@ -13,7 +13,7 @@
 #include "base/check.h"
 #include "model/config.h"
 #include "run_ringzero.h"
-#include "train/memory_plan.h"
+#include "zero/memory/plan.h"
 
 using namespace rz;
 namespace fs = std::filesystem;

@@ -118,11 +118,11 @@ TEST_CASE("plot memory: estimates by tag beside a measured report", "[plot]") {
     const double states = t["params"].get<double>() + t["grads"].get<double>() + t["master"].get<double>() +
                           t["adam_m"].get<double>() + t["adam_v"].get<double>();
     CHECK(states == Approx(row["model_states_bytes"].get<double>()));
-    // comm: zero2's staging pool plus the ring's ReduceScatter chunk (train/memory_plan.h).
+    // comm: zero2's staging pool plus the ring's ReduceScatter chunk (zero/memory/plan.h).
     CHECK(t["comm"].get<double>() == Approx(row["staging_bytes"].get<double>() + row["ring_work_bytes"].get<double>()));
   }
   write(work_dir() / "est.json", est.output);
-  // A measured report in train --memory-report's form (zero/memory_report.cpp).
+  // A measured report in train --memory-report's form (zero/memory/report.cpp).
   json rep = {{"strategy", "zero2"}, {"nranks", 2}, {"ranks", json::array()}};
   for (int r = 0; r < 2; ++r)
     rep["ranks"].push_back({{"rank", r},

@@ -1,4 +1,4 @@
-// Tests of zero/buckets and zero/memory_formula: bucket cutting with known answers, shard
+// Tests of zero/buckets and zero/memory/formula: bucket cutting with known answers, shard
 // ownership, and the model-state formulas against the seed article (docs/comm.md) and the ZeRO paper.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "zero/buckets.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/strategy.h"
 
 using namespace rz;

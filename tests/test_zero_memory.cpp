@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
-#include "zero/memory_report.h"
+#include "zero/memory/report.h"
 #include "zero/zero3.h"
 #include "run_ringzero.h"
 #include "zero_harness.h"

@@ -12,7 +12,7 @@
 #include <cstdlib>
 
 #include "base/memory.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/wide_reduce.h"
 #include "zero_harness.h"
 

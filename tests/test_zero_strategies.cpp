@@ -13,7 +13,7 @@
 #include "base/memory.h"
 #include "model/layout.h"
 #include "zero/buckets.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/zero2.h"
 #include "zero_harness.h"
 

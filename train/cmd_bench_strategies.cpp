@@ -201,7 +201,7 @@ int bench_rank(const BenchArgs& a) {
                 per_rank.c_str(), median(fb_ms),
                 median(opt_ms), median(mb_sent), median(comm_ms), 100.0 * median(overlap),
                 static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
-                so.kind == StrategyKind::zero3
+                strategy_traits(so.kind).shards_params
                     ? (std::string("  gather_hidden ") + std::to_string(int(100.0 * median(gather_hidden))) + "%").c_str()
                     : "");
     std::fflush(stdout);

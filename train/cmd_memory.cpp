@@ -4,13 +4,13 @@
 // Two sources of a model size:
 //   --params P             a bare parameter count: model states only (the ZeRO paper's and
 //                          the seed article's tables; docs/comm.md), from the bytes/param formulas;
-//   --model / --layers ... a GPT-2 shape: the planner (train/memory_plan.h) gives the exact
+//   --model / --layers ... a GPT-2 shape: the planner (zero/memory/plan.h) gives the exact
 //                          model states (bucket padding included), zero2's staging buckets, the
 //                          activations for (--batch, --seq, --recompute), the step's working
 //                          buffers and the start-up transient, and so the peak per rank;
 //                          --budget turns it around: the largest micro-batch that fits, per
 //                          strategy and recompute mode.
-// The formulas are in zero/memory_formula.h; GB here are decimal (1e9 bytes), as the seed
+// The formulas are in zero/memory/formula.h; GB here are decimal (1e9 bytes), as the seed
 // article counts them (7B x 16 bytes = 112 GB).
 #include <algorithm>
 #include <cmath>
@@ -27,9 +27,9 @@
 #include "model/layout.h"
 #include "train/cli_number.h"
 #include "train/command.h"
-#include "train/memory_plan.h"
+#include "zero/memory/plan.h"
 #include "zero/buckets.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -81,13 +81,10 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
   const bool bf = p == Precision::bf16;
   const char* pb = bf ? "2" : "4";
   const char* opt = bf ? "12" : "8";
-  switch (k) {
-    case StrategyKind::ddp: return strfmt("%s+%s+%s", pb, pb, opt);
-    case StrategyKind::zero1: return strfmt("%s+%s+%s/N", pb, pb, opt);
-    case StrategyKind::zero2: return strfmt("%s+%s/N+%s/N", pb, paper ? pb : "4", opt);
-    case StrategyKind::zero3: return strfmt("(%s+%s+%s)/N", pb, pb, opt);
-  }
-  return "?";
+  const StrategyTraits& t = strategy_traits(k);
+  if (t.shards_params) return strfmt("(%s+%s+%s)/N", pb, pb, opt);
+  const std::string grads = t.shards_grads ? strfmt("%s/N", paper ? pb : "4") : std::string(pb);
+  return strfmt("%s+%s+%s%s", pb, grads.c_str(), opt, t.shards_optimizer ? "/N" : "");
 }
 
 int run_memory(int argc, char** argv) {
@@ -273,7 +270,7 @@ int run_memory(int argc, char** argv) {
       r.states = P * r.ringzero.total();
       r.states_fp32_shard = P * ringzero_formula(k, prec, n, true).total();
       if (shape) {
-        // The plan and pools the strategy would build (zero/memory_formula.h).
+        // The plan and pools the strategy would build (zero/memory/formula.h).
         StagingPool pool;
         const ExactStateBytes e =
             predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool,
@@ -375,15 +372,17 @@ int run_memory(int argc, char** argv) {
     line(name, "model states " + formula_text(k, prec, true), k,
          [](const Row& r) { return r.states_paper; });
     if (shape) line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
-    if (k == StrategyKind::zero2 && prec == Precision::bf16)
+    const StrategyTraits& t = strategy_traits(k);
+    // zero3's formula folds its gradient shard into the 16/N: the fp32-shard row is zero2's.
+    if (t.shards_grads && !t.shards_params && prec == Precision::bf16)
       line("", "--grad-shard-fp32 " + formula_text(k, prec, false), k,
            [](const Row& r) { return r.states_fp32_shard; });
     if (shape) {
-      if (k == StrategyKind::zero2 || k == StrategyKind::zero3) {
+      if (t.shards_grads) {
         const auto z = std::find_if(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k; });
         line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
       }
-      if (k == StrategyKind::zero3)
+      if (t.shards_params)
         line("", strfmt("+ gathered (%d layers + emb)", kUnitsInFlight), k, [](const Row& r) { return r.gathered; });
       if (wide) line("", "+ fp32 reduce buffers", k, [](const Row& r) { return r.wide; });
       for (size_t i = 0; i < recomputes.size(); ++i)

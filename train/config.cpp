@@ -600,7 +600,7 @@ void check_no_idle_keys(const TrainConfig& c) {
   idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)");
   idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)");
   idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)");
-  const bool staged = c.strategy == StrategyKind::zero2 || c.strategy == StrategyKind::zero3;
+  const bool staged = strategy_traits(c.strategy).shards_grads;  // gradients staged bucket by bucket
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
        "strategy zero2 or zero3 (only they stage gradient buckets)");
   idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision == Precision::bf16, "grad_shard_fp32",

@@ -42,8 +42,8 @@
 #include "train/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
-#include "zero/memory_formula.h"
-#include "zero/memory_report.h"
+#include "zero/memory/formula.h"
+#include "zero/memory/report.h"
 #include "zero/strategy.h"
 
 namespace fs = std::filesystem;
@@ -163,9 +163,8 @@ void Trainer::setup() {
            "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
            "host, over its cuda transport) or --comm nccl",
            device_name(device_).c_str(), world_);
-  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.strategy != StrategyKind::zero3,
-           "device %s with %d ranks: zero3 runs on CPU ranks only in this build (GPU ranks: ddp, zero1 or zero2)",
-           device_name(device_).c_str(), world_);
+  check_strategy_device(cfg_.strategy, !device_.is_cpu() && world_ > 1,
+                        strfmt("device %s with %d ranks", device_name(device_).c_str(), world_));
   // The simulated device (--device sim, for tests) takes every branch a GPU takes: its
   // memory is device memory that host code cannot touch, its communicators nccl's and the
   // cuda transport's own code over simulated calls.
@@ -255,7 +254,7 @@ void Trainer::setup() {
   // Host parameters only: on GPU ranks the cuda transport's host channel reads shared
   // memory too, but the parameters are device memory.
   mopts.shared_params = device_.is_cpu() && comm_->reads_shared_memory() &&
-                        (cfg_.strategy == StrategyKind::zero1 || cfg_.strategy == StrategyKind::zero2);
+                        strategy_traits(cfg_.strategy).gathers_params_after_step();
   shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init)
@@ -393,7 +392,7 @@ float Trainer::eval_loss() {
 void Trainer::sample(int step) {
   // zero3's forward gathers parameters (collective): every rank generates the same tokens
   // (same parameters, same rng), and rank 0 prints them.
-  const bool collective = cfg_.strategy == StrategyKind::zero3;
+  const bool collective = strategy_traits(cfg_.strategy).forward_needs_collectives;
   if ((!rank0() && !collective) || tok_ == nullptr) return;
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
   // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.

@@ -1,4 +1,11 @@
-// train/strategy_checkpoint.cpp: see strategy_checkpoint.h.
+// train/strategy_checkpoint.cpp: the bridge between a strategy and the checkpoint files.
+//
+// Three owners, one concern each: train/checkpoint.cpp owns the files (their format,
+// atomic writes, checksums, verification, reading the ranges a rank needs) and knows no
+// strategy; each strategy owns its arrays and streams them in chunks (the "checkpoint
+// state" part of zero/ddp.cpp, sharded.cpp, zero3.cpp and strategy.cpp); this file joins
+// the two for the trainer: which ranges and step go in a rank's header, which chunks go
+// to which setter on resume, and model.bin from the strategy's parameter chunks.
 #include "train/strategy_checkpoint.h"
 
 #include <exception>

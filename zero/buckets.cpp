@@ -14,6 +14,12 @@ void check_bucket_mb(double bucket_mb) {
            "expected a bucket size in MiB > 0, found %g (at most 1048576: 1 TiB)", bucket_mb);
 }
 
+BucketPlan strategy_bucket_plan(const ParamLayout& layout, StrategyKind kind, Precision precision, int nranks,
+                                double bucket_mb, bool buckets_per_unit) {
+  return build_bucket_plan(layout, bucket_mb, precision_bytes(precision), nranks,
+                           buckets_per_unit || strategy_traits(kind).cuts_buckets_at_units);
+}
+
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
                              int nranks, bool cut_at_units) {
   check_bucket_mb(bucket_mb);

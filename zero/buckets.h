@@ -30,7 +30,9 @@
 
 #include "base/memory.h"
 #include "kernels/backend.h"
+#include "model/config.h"
 #include "model/layout.h"
+#include "zero/strategy_options.h"
 
 namespace rz {
 
@@ -81,6 +83,14 @@ void check_bucket_mb(double bucket_mb);
 // Throws rz::Error for bucket_mb <= 0 or nranks < 1.
 BucketPlan build_bucket_plan(const ParamLayout& layout, double bucket_mb, size_t elem_bytes,
                              int nranks, bool cut_at_units = false);
+
+// The plan strategy `kind` builds over N = nranks ranks: --bucket-mb of gradients in the
+// model's precision, cut at units where its traits say so (zero3) or buckets_per_unit
+// asks. The one rule: every strategy builds its plan here, and so do the estimators that
+// predict a strategy without building it (predicted_state_bytes, plan_memory); reports
+// ask the strategy for the plan it built (Strategy::bucket_plan()).
+BucketPlan strategy_bucket_plan(const ParamLayout& layout, StrategyKind kind, Precision precision, int nranks,
+                                double bucket_mb, bool buckets_per_unit = false);
 
 // The full gradient buffer of ddp and zero1: every gradient, in the model's precision, at
 // its padded-bucket position (MemTag::grads). Bucket b is then one contiguous range whose

@@ -69,4 +69,32 @@ std::vector<std::pair<size_t, size_t>> DDPStrategy::owned_ranges() const {
   return {{0, plan_.total}};
 }
 
+// --- checkpoint state: everything, in layout order
+
+void DDPStrategy::visit_optimizer_state(const StateChunkFn& fn) const {
+  Buffer<float> scratch;
+  if (master_.empty()) {  // fp32 mode: the params are the master weights
+    const ParamChunkFn pf = [&](size_t, const float* p, size_t n) { fn(StateArray::master, p, n); };
+    const_cast<DDPStrategy*>(this)->StrategyCore::visit_params_f32(&pf);  // reads only
+  } else {
+    visit_stored_f32(StateArray::master, master_.data(), plan_.total, fn, scratch);
+  }
+  visit_stored_f32(StateArray::m, m_.data(), plan_.total, fn, scratch);
+  visit_stored_f32(StateArray::v, v_.data(), plan_.total, fn, scratch);
+}
+
+void DDPStrategy::set_master_chunk(size_t begin, const float* data, size_t n) {
+  RZ_CHECK(begin <= plan_.total && n <= plan_.total - begin, "set_master_chunk: [%zu, +%zu) outside %zu", begin, n,
+           plan_.total);
+  model_.set_params_f32(begin, n, data);
+  if (!master_.empty()) be_.copy_from_host(master_.data() + begin, data, n * sizeof(float));
+}
+
+void DDPStrategy::set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) {
+  RZ_CHECK(which != StateArray::master && begin <= plan_.total && n <= plan_.total - begin,
+           "set_moment_chunk: [%zu, +%zu) outside %zu", begin, n, plan_.total);
+  float* dst = (which == StateArray::m ? m_ : v_).data() + begin;
+  be_.copy_from_host(dst, data, n * sizeof(float));
+}
+
 }  // namespace rz

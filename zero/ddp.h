@@ -24,7 +24,7 @@ class DDPStrategy final : public StrategyCore {
 
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
   std::vector<std::pair<size_t, size_t>> param_ranges() const override { return owned_ranges(); }
-  // zero/state_io.cpp:
+  // Checkpoint state (ddp.cpp): everything, in layout order.
   void visit_optimizer_state(const StateChunkFn& fn) const override;
   void set_master_chunk(size_t begin, const float* data, size_t n) override;
   void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) override;

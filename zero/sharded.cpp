@@ -10,13 +10,8 @@
 
 namespace rz {
 
-ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments)
     : StrategyCore(model, comm, opts) {
-  // zero1 and zero2 run on GPU ranks too (their owned arrays on the model's device); zero3's
-  // parameter gate is host code.
-  RZ_CHECK(model.device().is_cpu() || opts.kind != StrategyKind::zero3,
-           "%s on %s: zero3 runs on CPU ranks only in this build; use ddp, zero1 or zero2 on a GPU",
-           strategy_name(opts.kind), device_name(model.device()).c_str());
   const size_t owned = plan_.owned_numel();
   const Device dev = model.device();
   if (precision_ == Precision::bf16) {
@@ -28,9 +23,7 @@ ShardedStrategy::ShardedStrategy(GPT2& model, Communicator& comm, const Strategy
       be_.bf16_to_f32(master_.data() + plan_.owned_offset(b), params + lo, hi - lo);
     }
   }
-  // zero3 allocates its moments only after the model's full parameter buffer is gone
-  // (Zero3Strategy's constructor), so its start-up peak does not hold both.
-  if (opts.kind != StrategyKind::zero3) allocate_moments();
+  if (!defer_moments) allocate_moments();
 }
 
 void ShardedStrategy::allocate_moments() {
@@ -84,6 +77,48 @@ void ShardedStrategy::publish_params() {
 
 std::vector<std::pair<size_t, size_t>> ShardedStrategy::owned_ranges() const {
   return owned_layout_ranges(plan_, rank_);
+}
+
+// --- checkpoint state: the owned shard of every bucket, in bucket order (zero1, zero2,
+// zero3), straight between the owned arrays and the chunks
+
+void ShardedStrategy::visit_optimizer_state(const StateChunkFn& fn) const {
+  Buffer<float> scratch;  // used only when the arrays live in device memory
+  for (StateArray a : {StateArray::master, StateArray::m, StateArray::v}) {
+    for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
+      auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+      if (hi == lo) continue;
+      const float* p;
+      if (a == StateArray::master)  // fp32 mode: the owned parameters are the master weights
+        p = master_.empty() ? reinterpret_cast<const float*>(owned_param(b, lo)) : master_.data() + plan_.owned_offset(b);
+      else
+        p = (a == StateArray::m ? m_ : v_).data() + plan_.owned_offset(b);
+      visit_stored_f32(a, p, hi - lo, fn, scratch);
+    }
+  }
+}
+
+void ShardedStrategy::chunk_to_owned(size_t begin, const float* data, size_t n, float* owned) const {
+  const size_t end = begin + n;
+  if (n == 0 || begin >= plan_.total) return;
+  for (int b = plan_.bucket_of(begin); b < static_cast<int>(plan_.buckets.size()) && plan_.buckets[b].begin < end; ++b) {
+    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+    const size_t a = std::max(lo, begin), e = std::min(hi, end);
+    if (a < e) be_.copy_from_host(owned + plan_.owned_offset(b) + (a - lo), data + (a - begin), (e - a) * sizeof(float));
+  }
+}
+
+void ShardedStrategy::set_master_chunk(size_t begin, const float* data, size_t n) {
+  RZ_CHECK(begin <= plan_.total && n <= plan_.total - begin, "set_master_chunk: [%zu, +%zu) outside %zu", begin, n,
+           plan_.total);
+  set_params_chunk(begin, data, n);
+  if (!master_.empty()) chunk_to_owned(begin, data, n, master_.data());
+}
+
+void ShardedStrategy::set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) {
+  RZ_CHECK(which != StateArray::master && begin <= plan_.total && n <= plan_.total - begin,
+           "set_moment_chunk: [%zu, +%zu) outside %zu", begin, n, plan_.total);
+  chunk_to_owned(begin, data, n, (which == StateArray::m ? m_ : v_).data());
 }
 
 }  // namespace rz

@@ -14,7 +14,7 @@
 // does nothing (it gathers per layer when the model next reads them).
 //
 // Nothing here makes a full-size temporary: start-up goes bucket by bucket from the
-// parameters to the owned arrays, and the checkpoint getters and setters (state_io.cpp)
+// parameters to the owned arrays, and the checkpoint getters and setters (sharded.cpp)
 // stream between the owned arrays and the file a chunk at a time.
 #pragma once
 
@@ -25,12 +25,14 @@ namespace rz {
 
 class ShardedStrategy : public StrategyCore {
  public:
-  ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  // defer_moments: the subclass calls allocate_moments() itself, later (zero3 does, once the
+  // model's full parameter buffer is gone, so that its start-up peak does not hold both).
+  ShardedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments = false);
 
   std::vector<std::pair<size_t, size_t>> owned_ranges() const override;
   // zero1, zero2: every rank holds all the parameters (zero3: its owned shard).
   std::vector<std::pair<size_t, size_t>> param_ranges() const override { return {{0, plan_.total}}; }
-  // zero/state_io.cpp: straight between the owned arrays and the chunks, bucket by bucket.
+  // Checkpoint state (sharded.cpp): straight between the owned arrays and the chunks, bucket by bucket.
   void visit_optimizer_state(const StateChunkFn& fn) const override;
   void set_master_chunk(size_t begin, const float* data, size_t n) override;
   void set_moment_chunk(StateArray which, size_t begin, const float* data, size_t n) override;
@@ -41,7 +43,7 @@ class ShardedStrategy : public StrategyCore {
   // Where the parameter of layout element `a` lives (a in this rank's part of bucket b), in
   // the model's precision: the model's full params here; zero3's owned shard.
   virtual unsigned char* owned_param(int b, size_t a) const;
-  // m and v of the owned shard, zeroed (the constructor calls it; zero3 calls it later).
+  // m and v of the owned shard, zeroed (the constructor calls it unless defer_moments).
   void allocate_moments();
   // After AdamW: make the updated shards visible to every rank (all-gather; zero3: nothing).
   virtual void publish_params();
@@ -50,8 +52,8 @@ class ShardedStrategy : public StrategyCore {
   // Copies the part of [begin, begin + n) this rank owns into an owned-shard array.
   void chunk_to_owned(size_t begin, const float* data, size_t n, float* owned) const;
 
-  // Checkpoint get / set (zero/state_io.cpp) go a chunk at a time; on a GPU rank through
-  // a host scratch of one chunk.
+  // Checkpoint get / set go a chunk at a time; on a GPU rank through a host scratch of one
+  // chunk (StrategyCore::visit_stored_f32).
 
   Buffer<float> master_;  // (owned_numel) bf16 mode only, MemTag::master; on the model's device
   Buffer<float> m_, v_;   // (owned_numel) MemTag::adam_m / adam_v

@@ -1,9 +1,11 @@
 // zero/strategy.cpp: the core every strategy shares (bucket cursor, accounting, the AdamW
-// call), the owned layout ranges, and make_strategy.
+// call), the owned layout ranges, make_strategy, and the shared part of the checkpoint
+// state (the chunk size, the helpers over visit_*, the model's own parameters).
 #include "zero/strategy.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "base/check.h"
@@ -28,8 +30,9 @@ StrategyCore::StrategyCore(GPT2& model, Communicator& comm, const StrategyOption
       grad_bytes_(precision_bytes(model.precision())),
       nranks_(comm.size()),
       rank_(comm.rank()),
-      plan_(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()),
-                              comm.size(), opts.buckets_per_unit || opts.kind == StrategyKind::zero3)) {
+      plan_(strategy_bucket_plan(model.layout(), opts.kind, model.precision(), comm.size(), opts.bucket_mb,
+                                 opts.buckets_per_unit)) {
+  check_strategy_device(opts.kind, !model.device().is_cpu(), "device " + device_name(model.device()));
   RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);
   RZ_CHECK(std::isfinite(opts.grad_clip), "gradient clipping threshold: expected a finite number, found %g",
@@ -110,7 +113,7 @@ StepStats StrategyCore::finish_stats(double grad_norm) {
     grad_s += now.by_kind[i].seconds - window_start_stats_.by_kind[i].seconds;
   }
   s.comm_overlapped = grad_s > 0.0 ? std::clamp(1.0 - exposed_s_ / grad_s, 0.0, 1.0) : 0.0;
-  if (kind() == StrategyKind::zero3) {
+  if (strategy_traits(kind()).shards_params) {
     const int ag = static_cast<int>(CollectiveKind::all_gather);
     const double gather_s = now.by_kind[ag].seconds - window_start_stats_.by_kind[ag].seconds;
     s.gather_hidden = gather_s > 0.0 ? std::clamp(1.0 - gather_exposed_s_ / gather_s, 0.0, 1.0) : 0.0;
@@ -170,6 +173,69 @@ std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const S
     case StrategyKind::zero3: return std::make_unique<Zero3Strategy>(model, comm, opts);
   }
   RZ_FAIL("make_strategy: unknown strategy %d", static_cast<int>(opts.kind));
+}
+
+// --- checkpoint state: the chunk size, the helpers over visit_*, and the model's own
+// parameters (ddp, zero1, zero2). Chunks point into the strategy's arrays where they are
+// fp32 on the host; else they pass through one scratch buffer (MemTag::workspace, so the
+// tracker sees it) of at most state_chunk_elems() floats.
+
+float* StrategyCore::scratch_for(Buffer<float>& scratch, size_t n) {
+  if (scratch.size() < n) scratch.allocate(MemTag::workspace, n);
+  return scratch.data();
+}
+
+size_t Strategy::state_chunk_elems() const {
+  const double elems = options().bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+  return std::max<size_t>(size_t{1} << 14, elems < 1e15 ? static_cast<size_t>(elems) : size_t{1} << 50);
+}
+
+void Strategy::get_optimizer_state(std::vector<float>& master, std::vector<float>& m, std::vector<float>& v) const {
+  master.clear();
+  m.clear();
+  v.clear();
+  visit_optimizer_state([&](StateArray a, const float* p, size_t n) {
+    std::vector<float>& out = a == StateArray::master ? master : a == StateArray::m ? m : v;
+    out.insert(out.end(), p, p + n);
+  });
+}
+
+void Strategy::params_f32(float* out) {
+  const ParamChunkFn fn = [out](size_t begin, const float* p, size_t n) {
+    std::memcpy(out + begin, p, n * sizeof(float));
+  };
+  visit_params_f32(out != nullptr ? &fn : nullptr);
+}
+
+void StrategyCore::visit_params_f32(const ParamChunkFn* fn) {
+  if (fn == nullptr) return;
+  const size_t total = layout_.total;
+  if (precision_ == Precision::fp32 && model_.device().is_cpu()) {
+    (*fn)(0, static_cast<const float*>(model_.params()), total);
+    return;
+  }
+  Buffer<float> scratch;
+  const size_t chunk = std::min(total, state_chunk_elems());
+  for (size_t b = 0; b < total; b += chunk) {
+    const size_t n = std::min(chunk, total - b);
+    model_.get_params_f32(b, n, scratch_for(scratch, chunk));
+    (*fn)(b, scratch.data(), n);
+  }
+}
+
+void StrategyCore::visit_stored_f32(StateArray array, const float* src, size_t n, const StateChunkFn& fn,
+                                    Buffer<float>& scratch) const {
+  if (n == 0) return;
+  if (model_.device().is_cpu()) {
+    fn(array, src, n);
+    return;
+  }
+  const size_t chunk = std::min(n, state_chunk_elems());
+  for (size_t i = 0; i < n; i += chunk) {
+    const size_t k = std::min(chunk, n - i);
+    be_.copy_to_host(scratch_for(scratch, chunk), src + i, k * sizeof(float));
+    fn(array, scratch.data(), k);
+  }
 }
 
 }  // namespace rz

@@ -105,7 +105,8 @@ class Strategy {
   // --- optimizer state and parameters, for checkpoints. Layout-independent, so a
   // checkpoint written with N ranks resumes with M: each rank saves what it owns, in
   // flat-layout coordinates without padding, and loading hands each rank only the ranges it
-  // needs. Both directions go in chunks (zero/state_io.cpp): a chunk points into the
+  // needs. Both directions go in chunks (each class's own .cpp, its "checkpoint state" part;
+  // the shared helpers in strategy.cpp): a chunk points into the
   // strategy's own arrays where they are fp32 on the host, else into one scratch buffer of
   // at most state_chunk_elems() floats (MemTag::workspace); nothing full-size is made.
   virtual std::vector<std::pair<size_t, size_t>> owned_ranges() const = 0;  // [begin, end) in the flat layout

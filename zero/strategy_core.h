@@ -36,7 +36,7 @@ class StrategyCore : public Strategy, public GradSink {
   uint64_t optimizer_step() const override { return t_; }
   void set_optimizer_step(uint64_t step) override { t_ = step; }
   // The model's own parameters: pointers into them in fp32 on the host, else converted (or
-  // copied from the device) a chunk at a time (zero/state_io.cpp).
+  // copied from the device) a chunk at a time (strategy.cpp).
   void visit_params_f32(const ParamChunkFn* fn) override;
 
   const BucketPlan& bucket_plan() const override { return plan_; }
@@ -84,6 +84,8 @@ class StrategyCore : public Strategy, public GradSink {
   // else copied to the host a chunk at a time through `scratch` (allocated on first use).
   void visit_stored_f32(StateArray array, const float* src, size_t n, const StateChunkFn& fn,
                         Buffer<float>& scratch) const;
+  // `scratch` with room for n floats (MemTag::workspace), allocated unless it has them.
+  static float* scratch_for(Buffer<float>& scratch, size_t n);
 
   // --grad-reduce-dtype fp32 (zero/wide_reduce.h): widens bucket b's bf16 gradients `grads`
   // (padded elements) into a free fp32 buffer and returns its index; *wide is the buffer.

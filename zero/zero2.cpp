@@ -41,8 +41,8 @@ StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan
   return pool;
 }
 
-Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : ShardedStrategy(model, comm, opts) {
+Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments)
+    : ShardedStrategy(model, comm, opts, defer_moments) {
   pool_ = zero2_staging_pool(layout_, plan_, opts.buckets_in_flight);
   pool_size_ = pool_.general;
   const Device dev = model.device();

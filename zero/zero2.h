@@ -34,7 +34,8 @@ namespace rz {
 
 class Zero2Strategy : public ShardedStrategy {  // zero3 (zero/zero3.h) extends it
  public:
-  Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  // defer_moments: as ShardedStrategy's (zero3 allocates AdamW's m and v last).
+  Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments = false);
 
   StrategyKind kind() const override { return StrategyKind::zero2; }
   void* grad_ptr(size_t offset, size_t count) override;

@@ -20,7 +20,7 @@ GatherPool zero3_gather_pool(const ParamLayout& layout, int num_layers) {
 }
 
 Zero3Strategy::Zero3Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : Zero2Strategy(model, comm, opts) {
+    : Zero2Strategy(model, comm, opts, /*defer_moments=*/true) {
   const int L = model.config().num_layers;
   num_units_ = L + 2;
   units_ = param_unit_ranges(layout_, L);
@@ -144,6 +144,47 @@ StepStats Zero3Strategy::step(float lr) {
     if (slots_[s].unit >= 0) drop(s);
   }
   return Zero2Strategy::step(lr);
+}
+
+// --- checkpoint state: the parameters are sharded too
+
+void Zero3Strategy::set_params_chunk(size_t begin, const float* data, size_t n) {
+  const size_t end = begin + n;
+  if (n == 0 || begin >= plan_.total) return;
+  for (int b = plan_.bucket_of(begin); b < static_cast<int>(plan_.buckets.size()) && plan_.buckets[b].begin < end; ++b) {
+    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+    const size_t a = std::max(lo, begin), e = std::min(hi, end);
+    if (a >= e) continue;
+    if (precision_ == Precision::fp32)
+      std::memcpy(owned_param(b, a), data + (a - begin), (e - a) * sizeof(float));
+    else
+      be_.f32_to_bf16(reinterpret_cast<bf16*>(owned_param(b, a)), data + (a - begin), e - a);
+  }
+}
+
+void Zero3Strategy::visit_params_f32(const ParamChunkFn* fn) {
+  // Unit by unit through the gate's own buffers (collective: every rank gathers); bf16 is
+  // widened a chunk at a time.
+  Buffer<float> scratch;
+  const size_t chunk = state_chunk_elems();
+  for (int u = 0; u < num_units_; ++u) {
+    const bool was_open = window_open_;
+    const void* p = acquire(u, u + 1 < num_units_ ? u + 1 : -1);
+    window_open_ = was_open;  // a checkpoint's gathers are not a training step's
+    const size_t begin = units_[u].first, n = units_[u].second - begin;
+    if (fn != nullptr) {
+      if (precision_ == Precision::fp32) {
+        (*fn)(begin, static_cast<const float*>(p), n);
+      } else {
+        for (size_t i = 0; i < n; i += chunk) {
+          const size_t k = std::min(chunk, n - i);
+          be_.bf16_to_f32(scratch_for(scratch, std::min(chunk, n)), static_cast<const bf16*>(p) + i, k);
+          (*fn)(begin + i, scratch.data(), k);
+        }
+      }
+    }
+    release(u);
+  }
 }
 
 }  // namespace rz

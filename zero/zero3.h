@@ -42,7 +42,7 @@ class Zero3Strategy final : public Zero2Strategy, public ParamGate {
 
   StrategyKind kind() const override { return StrategyKind::zero3; }
   StepStats step(float lr) override;
-  // zero/state_io.cpp: unit by unit through the gate's own buffers.
+  // Checkpoint state (zero3.cpp): unit by unit through the gate's own buffers.
   void visit_params_f32(const ParamChunkFn* fn) override;
   std::vector<std::pair<size_t, size_t>> param_ranges() const override { return owned_ranges(); }
 
@@ -60,7 +60,7 @@ class Zero3Strategy final : public Zero2Strategy, public ParamGate {
   };
   unsigned char* owned_param(int b, size_t a) const override;
   void publish_params() override {}
-  void set_params_chunk(size_t begin, const float* data, size_t n) override;  // state_io.cpp
+  void set_params_chunk(size_t begin, const float* data, size_t n) override;  // checkpoint loading
   int slot_for(int unit);             // a slot to gather `unit` into, or -1 (none free)
   void start_gather(int unit, int slot);
   void drop(int slot);                // waits for its gathers and frees it

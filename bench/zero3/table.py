@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tabulates the --memory-report JSON files of bench/zero3/run.sh: per-rank (rank 0) peak
-and current MB by tag next to the exact formula (zero/memory_formula.h)."""
+and current MB by tag next to the exact formula (zero/memory/formula.h)."""
 import json, sys, os
 d = sys.argv[1] if len(sys.argv) > 1 else "build/bench-zero3"
 tags = ["params", "grads", "master", "adam_m", "adam_v", "comm", "activations", "workspace"]

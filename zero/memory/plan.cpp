@@ -1,4 +1,4 @@
-#include "train/memory_plan.h"
+#include "zero/memory/plan.h"
 
 #include <algorithm>
 #include <cctype>
@@ -68,17 +68,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const int T = in.seq > 0 ? in.seq : in.cfg.max_seq_len;
   const ParamLayout layout = build_param_layout(in.cfg);
   const size_t pb = precision_bytes(in.precision);
-  const bool z3 = in.kind == StrategyKind::zero3;
-  const BucketPlan plan = build_bucket_plan(layout, in.bucket_mb, pb, in.nranks, z3);
-  const bool sharded = in.kind != StrategyKind::ddp;
+  const StrategyTraits& t = strategy_traits(in.kind);
+  const BucketPlan plan = strategy_bucket_plan(layout, in.kind, in.precision, in.nranks, in.bucket_mb);
   MemoryPlan p;
-  // The plan and pools the strategy would build, zero3's gathered units included.
-  p.states = predicted_state_bytes(layout, in.cfg.num_layers, in.kind, in.precision, in.nranks, in.bucket_mb,
-                                   in.buckets_in_flight, in.grad_shard_fp32, nullptr, in.grad_reduce_fp32);
+  // The pools the strategy would build for that plan, zero3's gathered units included.
+  p.states = predicted_state_bytes(plan, layout, in.cfg.num_layers, in.kind, in.precision, in.buckets_in_flight,
+                                   in.grad_shard_fp32, nullptr, in.grad_reduce_fp32);
   ModelOptions mo{in.precision, in.recompute};
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
-  if (sharded && in.nranks > 1) {
+  if (t.shards_optimizer && in.nranks > 1) {
     // The ring's ReduceScatter work buffer (comm/ring/ring.h), grown to the largest
     // bucket's; AllReduce (ddp) and AllGather work in place.
     const size_t esz = in.grad_reduce_fp32 ? sizeof(float) : pb;
@@ -86,7 +85,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       p.ring_work = std::max(p.ring_work, ring_scratch_bytes(b.padded, in.nranks, esz));
   }
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
-  if (z3) {
+  if (t.shards_params) {
     // The model's full parameter buffer exists until zero3 takes its shard over, and by
     // then zero3 has allocated all it keeps except AdamW's m and v, which it allocates
     // after the full buffer is gone (the strategy's start-up itself goes bucket by bucket,

@@ -1,4 +1,4 @@
-// zero/memory_formula.h: how many bytes of model states each strategy keeps on a rank.
+// zero/memory/formula.h: how many bytes of model states each strategy keeps on a rank.
 //
 // Model states = parameters + gradients + optimizer states (ZeRO paper, section 3.1).
 // With P parameters, N ranks and AdamW:
@@ -82,6 +82,11 @@ ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
                                       bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr,
                                       bool grad_reduce_fp32 = false);
+// The same for a plan already built (strategy_bucket_plan(layout, kind, ...)), for a caller
+// that needs the plan itself too (plan_memory): the plan is then built once.
+ExactStateBytes predicted_state_bytes(const BucketPlan& plan, const ParamLayout& layout, int num_layers,
+                                      StrategyKind kind, Precision precision, int buckets_in_flight,
+                                      bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32);
 
 
 }  // namespace rz

@@ -1,4 +1,4 @@
-#include "zero/memory_report.h"
+#include "zero/memory/report.h"
 
 #include <cstring>
 
@@ -72,7 +72,8 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
                "   [ZeRO paper: %.4g]\n",
                r.formula.params, r.formula.grads, r.formula.master, r.formula.adam_m, r.formula.adam_v,
                r.formula.total(), r.paper.total());
-  if (r.kind == StrategyKind::zero2 || r.kind == StrategyKind::zero3)
+  const StrategyTraits& t = strategy_traits(r.kind);
+  if (t.shards_grads)
     std::fprintf(out, "  %s staging (comm): %d buckets in flight + 1 reserved for the wte bucket (%s)\n",
                  strategy_name(r.kind), r.pool_size, mb(double(r.wte_bucket_bytes)).c_str());
   if (r.expected.wide > 0)
@@ -80,9 +81,9 @@ void print_memory_report(const MemoryReport& r, FILE* out) {
                  mb(double(r.expected.wide)).c_str());
   else if (r.precision == Precision::bf16)
     std::fprintf(out, "  gradient reduction in bf16 (--grad-reduce-dtype fp32 sums in fp32)\n");
-  if (r.kind == StrategyKind::zero3)
-    std::fprintf(out, "  zero3 params: owned shard %s + gathered units in flight %s (%d layers + the embeddings)\n",
-                 mb(double(r.expected.params - r.expected.gathered)).c_str(), mb(double(r.expected.gathered)).c_str(),
+  if (t.shards_params)
+    std::fprintf(out, "  %s params: owned shard %s + gathered units in flight %s (%d layers + the embeddings)\n",
+                 strategy_name(r.kind), mb(double(r.expected.params - r.expected.gathered)).c_str(), mb(double(r.expected.gathered)).c_str(),
                  kUnitsInFlight);
   std::fprintf(out, "  %-12s", "tag");
   for (int k = 0; k < r.nranks; ++k) std::fprintf(out, "  %24s", strfmt("rank %d cur / peak", k).c_str());

@@ -1,4 +1,4 @@
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 
 #include <algorithm>
 
@@ -12,11 +12,11 @@ PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) 
   const double n = nranks;
   const double pb = static_cast<double>(precision_bytes(precision));  // params and grads
   const bool bf16 = precision == Precision::bf16;
+  const StrategyTraits& t = strategy_traits(kind);
   PerParamBytes f;
-  const bool grads_sharded = kind == StrategyKind::zero2 || kind == StrategyKind::zero3;
-  f.params = kind == StrategyKind::zero3 ? pb / n : pb;
-  f.grads = grads_sharded ? pb / n : pb;
-  const double opt_div = kind == StrategyKind::ddp ? 1.0 : n;
+  f.params = t.shards_params ? pb / n : pb;
+  f.grads = t.shards_grads ? pb / n : pb;
+  const double opt_div = t.shards_optimizer ? n : 1.0;
   f.master = bf16 ? 4.0 / opt_div : 0.0;  // fp32 mode: the params are the master weights
   f.adam_m = 4.0 / opt_div;
   f.adam_v = 4.0 / opt_div;
@@ -25,7 +25,7 @@ PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks) 
 
 PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks, bool grad_shard_fp32) {
   PerParamBytes f = paper_formula(kind, precision, nranks);
-  if ((kind == StrategyKind::zero2 || kind == StrategyKind::zero3) && grad_shard_fp32)
+  if (strategy_traits(kind).shards_grads && grad_shard_fp32)
     f.grads = 4.0 / nranks;  // fp32 owned gradient shard
   return f;
 }
@@ -36,32 +36,27 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
   const size_t pb = precision_bytes(precision);
   const bool bf16 = precision == Precision::bf16;
   const size_t owned = plan.owned_numel();
+  const StrategyTraits& t = strategy_traits(kind);
   ExactStateBytes e;
-  e.params = plan.total * pb;
-  switch (kind) {
-    case StrategyKind::ddp:
-      e.grads = plan.padded_total * pb;
-      e.master = bf16 ? plan.total * 4 : 0;
-      e.adam_m = e.adam_v = plan.total * 4;
-      break;
-    case StrategyKind::zero1:
-      // The full padded buffer plus the reduce-scattered owned shard, both in model precision.
-      e.grads = (plan.padded_total + owned) * pb;
-      e.master = bf16 ? owned * 4 : 0;
-      e.adam_m = e.adam_v = owned * 4;
-      break;
-    case StrategyKind::zero3:
-      // The owned parameter shard plus the gathered units in flight; the rest is zero2's.
-      e.gathered = gathered.total_elems() * pb;
-      e.params = owned * pb + e.gathered;
-      [[fallthrough]];
-    case StrategyKind::zero2:
-      e.grads = owned * (grad_shard_fp32 ? 4 : pb);
-      e.master = bf16 ? owned * 4 : 0;
-      e.adam_m = e.adam_v = owned * 4;
-      e.staging = staging.total_elems() * pb;
-      break;
+  if (t.shards_params) {
+    // The owned parameter shard plus the gathered units in flight.
+    e.gathered = gathered.total_elems() * pb;
+    e.params = owned * pb + e.gathered;
+  } else {
+    e.params = plan.total * pb;
   }
+  if (t.shards_grads) {
+    // The owned shard (model precision, or fp32) and the staging buckets in flight.
+    e.grads = owned * (grad_shard_fp32 ? 4 : pb);
+    e.staging = staging.total_elems() * pb;
+  } else {
+    // The full padded buffer, plus the reduce-scattered owned shard where the optimizer is
+    // sharded (zero1), both in model precision.
+    e.grads = (plan.padded_total + (t.shards_optimizer ? owned : 0)) * pb;
+  }
+  const size_t optimized = t.shards_optimizer ? owned : plan.total;  // elements with master, m, v
+  e.master = bf16 ? optimized * 4 : 0;
+  e.adam_m = e.adam_v = optimized * 4;
   e.wide = wide.bytes();
   return e;
 }
@@ -69,12 +64,18 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
 ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
                                       bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
-  const bool z3 = kind == StrategyKind::zero3;
-  const BucketPlan plan = build_bucket_plan(layout, bucket_mb, precision_bytes(precision), nranks, z3);
+  const BucketPlan plan = strategy_bucket_plan(layout, kind, precision, nranks, bucket_mb);
+  return predicted_state_bytes(plan, layout, num_layers, kind, precision, buckets_in_flight, grad_shard_fp32, pool_out,
+                               grad_reduce_fp32);
+}
+
+ExactStateBytes predicted_state_bytes(const BucketPlan& plan, const ParamLayout& layout, int num_layers,
+                                      StrategyKind kind, Precision precision, int buckets_in_flight,
+                                      bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
+  const StrategyTraits& t = strategy_traits(kind);
   // The same pool rules Zero2Strategy and Zero3Strategy allocate by, for the plan they would build.
-  const StagingPool pool = kind == StrategyKind::zero2 || z3 ? zero2_staging_pool(layout, plan, buckets_in_flight)
-                                                             : StagingPool{};
-  const GatherPool gathered = z3 ? zero3_gather_pool(layout, num_layers) : GatherPool{};
+  const StagingPool pool = t.shards_grads ? zero2_staging_pool(layout, plan, buckets_in_flight) : StagingPool{};
+  const GatherPool gathered = t.shards_params ? zero3_gather_pool(layout, num_layers) : GatherPool{};
   if (pool_out) *pool_out = pool;
   // The same rule the strategies allocate their fp32 reduce buffers by (bf16 runs only).
   const WidePool wide = grad_reduce_fp32 && precision == Precision::bf16 ? wide_reduce_pool(plan, buckets_in_flight)

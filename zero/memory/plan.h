@@ -1,8 +1,8 @@
-// train/memory_plan.h: the peak bytes one rank holds during training, before running it.
+// zero/memory/plan.h: the peak bytes one rank holds during training, before running it.
 //
 // `ringzero memory --model ...` (train/cmd_memory.cpp) answers "does it fit?" with the same
 // allocation rules the trainer follows, each from its owner:
-//   model states   zero/memory_formula.h's predicted_state_bytes (parameters, gradient buffer
+//   model states   zero/memory/formula.h's predicted_state_bytes (parameters, gradient buffer
 //                  or owned shard, master/m/v, zero2's / zero3's staging pool, zero3's
 //                  gathered units), for the bucket plan the strategy would build;
 //   activations    GPT2::activation_bytes for (B, T) and the recompute mode (logits included);
@@ -24,7 +24,7 @@
 #include <string>
 
 #include "model/config.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/strategy_options.h"
 
 namespace rz {

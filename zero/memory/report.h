@@ -1,4 +1,4 @@
-// zero/memory_report.h: what each rank really holds, next to the formula for its strategy.
+// zero/memory/report.h: what each rank really holds, next to the formula for its strategy.
 //
 // Every sizeable buffer is a rz::Buffer with a MemTag, so the process-wide MemoryTracker
 // knows current and peak bytes per tag. At the end of the first step the trainer calls
@@ -6,7 +6,7 @@
 // travel to every rank with one AllGather (uint64 words moved as pairs of fp32 words:
 // AllGather copies bytes, it does no arithmetic), and rank 0 prints them side by side
 // with the exact bytes ringzero's allocation rules give for the strategy
-// (zero/memory_formula.h) and writes them as JSON.
+// (zero/memory/formula.h) and writes them as JSON.
 //
 // With the thread transport all ranks share one process and one tracker: each column then
 // shows the sum over ranks, and the report says so.
@@ -22,7 +22,7 @@
 #include "base/memory.h"
 #include "comm/communicator.h"
 #include "model/gpt2.h"
-#include "zero/memory_formula.h"
+#include "zero/memory/formula.h"
 #include "zero/strategy.h"
 
 namespace rz {
