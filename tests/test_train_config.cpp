@@ -251,6 +251,27 @@ TEST_CASE("a key that would do nothing is an error naming what it needs") {
             .find("grad_shard_fp32: does nothing") == 0);  // fp32: the shard is fp32 already
 }
 
+TEST_CASE("a flag that turns a feature off leaves the TOML file's keys of that feature alone") {
+  const std::string tiny = std::string(RINGZERO_SOURCE_DIR) + "/configs/tiny.toml";
+  auto run = [&](std::vector<std::string> args) {
+    return error_of([&] {
+      TrainConfig c;
+      REQUIRE(parse(std::move(args), c));
+      validate_config(c);
+    });
+  };
+  // tiny.toml sets sample_tokens, sample_top_k, eval_every and eval_batches.
+  CHECK(run({tiny, "--sample-every", "0"}).empty());
+  CHECK(run({tiny, "--val-data", ""}).empty());
+  CHECK(run({tiny, "--eval-every", "0", "--sample-every", "0", "--val-data", ""}).empty());
+  // The same keys given as flags, or left idle by the file itself, are still refused.
+  CHECK(run({tiny, "--sample-every", "0", "--sample-tokens", "5"}).find("sample_tokens: does nothing") == 0);
+  CHECK(run({tiny, "--val-data", "", "--eval-batches", "2"}).find("eval_batches: does nothing") == 0);
+  const std::string idle_file = write_temp("idle.toml", "data = \"d/train_*.bin\"\nsample_tokens = 5\n");
+  CHECK(run({idle_file}).find("sample_tokens: does nothing") == 0);
+  CHECK(run({idle_file, "--steps", "3"}).find("sample_tokens: does nothing") == 0);
+}
+
 TEST_CASE("numbers out of their type's range, non-finite numbers and thread counts are refused") {
   TrainConfig cfg;
   auto flag_error = [&](std::vector<std::string> args) { return error_of([&] { parse(std::move(args), cfg); }); };

@@ -557,6 +557,7 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
     const Setting* k = find_setting(key);
     RZ_CHECK(k != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
              path.c_str(), line, key.c_str());
+    cfg.origins[k->name] = TrainConfig::Origin::toml;
     try {
       naming_key(key.c_str(), [&] {
         if (k->allowed == Allowed::resume && node.is_boolean())  // resume = true / false
@@ -576,35 +577,54 @@ namespace {
 
 // A key set away from its default that, with the other keys as they are, changes nothing is
 // a mistake the user would not see (an eval that never runs, a trace window with no trace):
-// an error naming the key and what it needs.
+// an error naming the key and what it needs. Except where the TOML file set the key and a
+// flag set one of the keys its feature hangs on (`configs/tiny.toml --sample-every 0`:
+// the file's sample_tokens is not the user's mistake, the flag turned sampling off).
 void check_no_idle_keys(const TrainConfig& c) {
   const TrainConfig d;
-  auto idle = [](bool set, bool used, const char* key, const char* needs) {
-    RZ_CHECK(!set || used, "%s: does nothing without %s", key, needs);
+  auto from = [&](const char* key, TrainConfig::Origin o) {
+    const auto it = c.origins.find(key);
+    return it != c.origins.end() && it->second == o;
+  };
+  auto idle = [&](bool set, bool used, const char* key, const char* needs, std::initializer_list<const char*> features) {
+    if (!set || used) return;
+    if (from(key, TrainConfig::Origin::toml) &&
+        std::any_of(features.begin(), features.end(), [&](const char* f) { return from(f, TrainConfig::Origin::flag); }))
+      return;
+    RZ_FAIL("%s: does nothing without %s", key, needs);
   };
   const bool val = !c.val_data.empty();
-  idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)");
-  idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)");
-  idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)");
+  idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)", {"val_data"});
+  idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)",
+       {"val_data"});
+  idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)",
+       {"trace"});
   const bool sampling = c.sample_every > 0;
-  idle(c.sample_tokens != d.sample_tokens, sampling, "sample_tokens", "sample_every (no sample is drawn)");
-  idle(c.sample_top_k != d.sample_top_k, sampling, "sample_top_k", "sample_every (no sample is drawn)");
+  idle(c.sample_tokens != d.sample_tokens, sampling, "sample_tokens", "sample_every (no sample is drawn)",
+       {"sample_every"});
+  idle(c.sample_top_k != d.sample_top_k, sampling, "sample_top_k", "sample_every (no sample is drawn)",
+       {"sample_every"});
   const bool saving = !c.save_dir.empty();
-  idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)");
-  idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)");
-  idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)");
+  idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)", {"save_dir"});
+  idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)", {"save_dir"});
+  idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)", {"save_dir"});
   const bool guarded = c.spike_zscore > 0;
   idle(c.max_consecutive_skips != d.max_consecutive_skips, c.skip_nonfinite || guarded, "max_consecutive_skips",
-       "skip_nonfinite or spike_zscore (no step is ever skipped)");
-  idle(c.spike_window != d.spike_window, guarded, "spike_window", "spike_zscore > 0 (the spike guard is off)");
-  idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)");
-  idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)");
-  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)");
+       "skip_nonfinite or spike_zscore (no step is ever skipped)", {"skip_nonfinite", "spike_zscore"});
+  idle(c.spike_window != d.spike_window, guarded, "spike_window", "spike_zscore > 0 (the spike guard is off)",
+       {"spike_zscore"});
+  idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)",
+       {"spike_zscore"});
+  idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)",
+       {"tokenizer"});
+  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)",
+       {"comm"});
   const bool staged = c.strategy == StrategyKind::zero2 || c.strategy == StrategyKind::zero3;
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
-       "strategy zero2 or zero3 (only they stage gradient buckets)");
+       "strategy zero2 or zero3 (only they stage gradient buckets)", {"strategy"});
   idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision == Precision::bf16, "grad_shard_fp32",
-       "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)");
+       "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)",
+       {"strategy", "precision"});
 }
 
 }  // namespace
@@ -645,7 +665,10 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
       "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
-      "under torchrun, srun or mpirun each process reads its rank from the environment.",
+      "under torchrun, srun or mpirun each process reads its rank from the environment.\n"
+      "A key set away from its default that would change nothing (--eval-every without\n"
+      "--val-data) is an error, unless CONFIG.toml set it and a flag turned its feature off\n"
+      "(configs/tiny.toml's sample_tokens under --sample-every 0).",
       "ringzero train"};
   std::string config_path;
   app.add_option("config", config_path, "TOML config file (configs/tiny.toml, ...)");
@@ -701,6 +724,7 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
     if (o->count() == 0) continue;
     try {
       set_config_value(cfg, name, given[name]);
+      cfg.origins[name] = TrainConfig::Origin::flag;
     } catch (const Error& e) {
       std::string msg = e.what();
       if (msg.rfind(name + ":", 0) == 0) msg = msg.substr(name.size() + 1);

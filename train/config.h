@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -102,8 +103,13 @@ struct TrainConfig {
   std::string trace;              // Chrome trace-event JSON timeline of --trace-steps (rank 0 writes it); empty = none
   std::string trace_steps = "2:4"; // A:B, the 1-based steps the trace covers
 
-  // Not a key: the TOML file the settings came from (an input the outputs must not replace).
+  // Not keys: the TOML file the settings came from (an input the outputs must not replace),
+  // and where each key's value came from (a key absent here holds its default). The idle-key
+  // rule of validate_config reads the origins: a key the TOML file set is not idle when a
+  // flag turned its feature off (configs/tiny.toml's sample_tokens under --sample-every 0).
   std::string config_path;
+  enum class Origin : int { toml, flag };
+  std::map<std::string, Origin> origins;  // key (TOML spelling) -> the step that last set it
 };
 
 // One configuration key: its name (TOML spelling), kind, allowed values and help line.
@@ -121,10 +127,13 @@ void set_config_value(TrainConfig& cfg, const std::string& key, const std::strin
 // Current value of a key as text, in the form set_config_value reads (tests round-trip it).
 std::string get_config_value(const TrainConfig& cfg, const std::string& key);
 
-// Applies a TOML file. Throws "FILE:LINE: key: ..." for unknown keys and bad values.
+// Applies a TOML file, recording each key it sets as Origin::toml. Throws "FILE:LINE: key: ..."
+// for unknown keys and bad values.
 void load_config_toml(TrainConfig& cfg, const std::string& path);
 
-// Checks the resolved values against each other. Throws naming the key.
+// Checks the resolved values against each other. Throws naming the key. A key set away from
+// its default that changes nothing (eval_every without val_data) is an error too, unless the
+// TOML file set it and a flag set the key that turns its feature off.
 void validate_config(const TrainConfig& cfg);
 
 // The resolved configuration as a two-column table (rank 0 prints it at start).
@@ -136,8 +145,9 @@ std::string format_config_table(const TrainConfig& cfg);
 // config_shape.cpp, so config.cpp needs nothing from data/.
 GPT2Config config_model_shape(const TrainConfig& tc);
 
-// Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"). Returns
-// false when --help was printed. Unknown flags and bad values throw.
+// Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"), recording the
+// keys its flags set as Origin::flag. Returns false when --help was printed. Unknown flags
+// and bad values throw.
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg);
 
 }  // namespace rz
