@@ -61,7 +61,7 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   CHECK(cfg.nproc_per_node == 2);
   CHECK(cfg.strategy == StrategyKind::zero1);
   CHECK(cfg.total_batch_tokens == 4096);
-  CHECK(cfg.resume == "yes");
+  CHECK(cfg.resume == Resume::yes);
   CHECK(cfg.weight_decay == 0.0);
   CHECK(cfg.save_dir == "ck");
   TrainConfig cfg2 = cfg;
@@ -133,11 +133,11 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   // --resume alone is yes; --resume auto and --resume=auto take the newest intact checkpoint.
   TrainConfig r1, r2, r3;
   REQUIRE(parse({"--resume", "--save-dir", "ck"}, r1));
-  CHECK(r1.resume == "yes");
+  CHECK(r1.resume == Resume::yes);
   REQUIRE(parse({"--resume", "auto", "--save-dir", "ck"}, r2));
-  CHECK(r2.resume == "auto");
+  CHECK(r2.resume == Resume::automatic);
   REQUIRE(parse({"--resume=auto", "--save-dir", "ck", "--overwrite"}, r3));
-  CHECK(r3.resume == "auto");
+  CHECK(r3.resume == Resume::automatic);
   CHECK(r3.overwrite);
   r3.data = "d/train_*.bin";
   CHECK(error_of([&] { validate_config(r3); }).find("overwrite: cannot be combined with resume") == 0);
@@ -152,25 +152,32 @@ TEST_CASE("validation is a separate step that names the key") {
     mutate(c);
     return error_of([&] { validate_config(c); });
   };
+  auto bad_value = [&](const char* key, const char* value) {  // a typed key refuses it as it is read
+    TrainConfig c = cfg;
+    return error_of([&] {
+      set_config_value(c, key, value);
+      validate_config(c);
+    });
+  };
   CHECK(error_of([&] { set_config_value(cfg, "strategy", "zero4"); }) == "strategy: expected ddp, zero1, zero2 or zero3, found 'zero4'");
   CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
   CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
-  CHECK(bad([](TrainConfig& c) { c.device = "cuda:x"; }) ==
+  CHECK(bad_value("device", "cuda:x") ==
         "device: expected cpu, cuda or cuda:K (K a GPU index; sim or sim:K: the simulated device, for tests), "
         "found 'cuda:x'");
-  CHECK(bad([](TrainConfig& c) { c.device = "gpu"; }).find("device: expected cpu, cuda or cuda:K") == 0);
-  CHECK(bad([](TrainConfig& c) { c.recompute = "block"; }) == "recompute: expected none, gelu or layer, found 'block'");
-  CHECK(bad([](TrainConfig& c) { c.recompute = "layer"; }).empty());
-  CHECK(bad([](TrainConfig& c) { c.attention = "fused"; }) == "attention: expected materialized or flash, found 'fused'");
-  CHECK(bad([](TrainConfig& c) { c.attention = "flash"; }).empty());
+  CHECK(bad_value("device", "gpu").find("device: expected cpu, cuda or cuda:K") == 0);
+  CHECK(bad_value("recompute", "block") == "recompute: expected none, gelu or layer, found 'block'");
+  CHECK(bad_value("recompute", "layer").empty());
+  CHECK(bad_value("attention", "fused") == "attention: expected materialized or flash, found 'fused'");
+  CHECK(bad_value("attention", "flash").empty());
   CHECK_NOTHROW(validate_config([] {
     TrainConfig c;
     c.data = "x.bin";
-    c.device = "cuda:1";
+    c.device = parse_device_spec("cuda:1");
     return c;
   }()));
   CHECK(bad([](TrainConfig& c) { c.data.clear(); }).find("data:") == 0);
-  CHECK(bad([](TrainConfig& c) { c.resume = "yes"; }).find("resume: needs save_dir") == 0);
+  CHECK(bad([](TrainConfig& c) { c.resume = Resume::yes; }).find("resume: needs save_dir") == 0);
   CHECK(bad([](TrainConfig& c) { c.node_rank = 2; c.nnodes = 2; c.master_port = 1234; }) == "node_rank: expected 0..1, found 2");
 }
 

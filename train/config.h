@@ -19,11 +19,23 @@
 #include <string>
 #include <vector>
 
+#include "base/device_spec.h"
 #include "comm/factory.h"
 #include "model/config.h"
 #include "zero/strategy_options.h"
 
 namespace rz {
+
+// --resume: where a run starts.
+//   no         from step 0 (random init, or --init)
+//   yes        from the newest complete checkpoint in save_dir; an error if it is damaged
+//   automatic  from the newest intact one, or from step 0 when there is none ("auto")
+enum class Resume : int { no, yes, automatic };
+inline constexpr Resume kResumes[] = {Resume::no, Resume::yes, Resume::automatic};
+const char* resume_name(Resume r);  // "no", "yes", "auto"
+// Reads the names, and true/1/on (or an empty value: a bare --resume) as yes, false/0/off as
+// no. Throws "resume: expected no, yes or auto (or true/false), found 'NAME'".
+Resume parse_resume(const std::string& name);
 
 struct TrainConfig {
   // --- model
@@ -35,9 +47,9 @@ struct TrainConfig {
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
   Precision precision = Precision::fp32;
-  std::string device = "cpu";     // cpu | cuda | cuda:K
-  std::string recompute = "none"; // none | gelu | layer (model/config.h's Recompute)
-  std::string attention = "materialized";  // materialized | flash (model/config.h's Attention)
+  DeviceSpec device;              // cpu | cuda (rank r: GPU LOCAL_RANK mod the visible ones) | cuda:K | sim[:K] (tests)
+  Recompute recompute = Recompute::none;          // what backward recomputes (model/config.h)
+  Attention attention = Attention::materialized;  // what attention keeps for backward (model/config.h)
   int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
 
   // --- data
@@ -87,10 +99,9 @@ struct TrainConfig {
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none
   int save_every = 0;             // checkpoint every k steps (and at the end); 0 = only at the end
   int keep = 0;                   // keep the newest N complete checkpoints; 0 = keep all
-  std::string resume = "no";      // no | yes: the newest complete checkpoint in save_dir (an error
-                                  // if it is damaged) | auto: the newest intact one, or a fresh start
+  Resume resume = Resume::no;     // start from a checkpoint in save_dir (Resume above)
   bool overwrite = false;         // a fresh run may delete the checkpoints already in save_dir
-  bool resuming() const { return resume != "no"; }
+  bool resuming() const { return resume != Resume::no; }
 
   // --- evaluation, sampling, reporting
   int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never
