@@ -1,7 +1,8 @@
 // train/config.h: everything a training run can be told, in one struct.
 //
 // The defaults and their one-line meanings sit together below (llama2.c's habit); where a
-// library owns a default (the strategies' bucket size), the field takes it from there. A
+// library owns a default (the strategies' bucket size, clipping and weight decay, comm's
+// timeout), the field takes it from there. A
 // run's configuration is resolved in three steps, each in one place:
 //   1. defaults (this struct),
 //   2. a TOML file (`ringzero train run.toml`): flat `key = value` lines, keys spelled as
@@ -66,8 +67,8 @@ struct TrainConfig {
   double lr = 6e-4;               // peak learning rate
   int warmup = 0;                 // linear warmup steps
   double lr_floor = 0.0;          // cosine decay ends at lr * lr_floor
-  double weight_decay = 0.1;      // AdamW decoupled weight decay (matrices and embeddings)
-  double grad_clip = 1.0;         // clip the global grad norm to this; 0 disables
+  double weight_decay = StrategyOptions{}.adamw.weight_decay;  // AdamW decoupled weight decay (matrices and embeddings)
+  double grad_clip = StrategyOptions{}.grad_clip;  // clip the global grad norm to this; 0 disables
   uint64_t seed = 1337;           // model init, data order and sampling
   bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
   int max_consecutive_skips = 10; // steps skipped in a row before the run stops (skip_nonfinite; the one
@@ -85,7 +86,7 @@ struct TrainConfig {
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
   std::string comm = "ring";      // ring | mpi (the MPI library, under mpirun) | nccl (GPU ranks)
-  double comm_timeout = 300.0;    // seconds any collective may wait for a peer
+  double comm_timeout = CommOptions{}.timeout_s;  // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
   std::string flight_dir;         // flight records (comm/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
   int flight_entries = static_cast<int>(kFlightEntriesDefault);  // collectives each rank's flight recorder keeps; 0 = off
