@@ -1,12 +1,12 @@
 // train/config.cpp: the settings table behind TrainConfig, TOML loading, flags, validation.
 //
 // Every key is described once, in kSettings below: its name, the field it sets, the values
-// it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help,
-// the printed table and the checkpoint's copy of the configuration all walk that one
-// table, so a key cannot exist in one and not the others. Keys with a module's own type
-// (precision, strategy, device, recompute, attention, resume) are held as that type and
-// read and printed by the module's one parse/name pair (Named below), whose errors also
-// name the allowed values; the bucket size is checked by zero/'s own check.
+// it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help
+// and the printed table all walk that one table, so a key cannot exist in one and not the
+// others. Keys with a module's own type (precision, strategy, device, recompute, attention,
+// resume) are held as that type and read and printed by the module's one parse/name pair
+// (Named below), whose errors also name the allowed values; the bucket size is checked by
+// zero/'s own check.
 #include "train/config.h"
 
 // toml++ 3.3's parser asserts that a table header begins with a key character (TOML_ASSERT_
@@ -31,7 +31,6 @@
 #include "base/check.h"
 #include "base/checked.h"
 #include "base/file.h"
-#include "kernels/backend.h"
 #include "comm/factory.h"
 #include "data/unicode.h"
 #include "model/config.h"

@@ -85,7 +85,8 @@ struct TrainConfig {
   std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
-  std::string comm = "ring";      // ring | mpi (the MPI library, under mpirun) | nccl (GPU ranks)
+  std::string comm = "ring";      // one of comm/'s kCommBackends: ring (CPU or GPU ranks) | mpi (under mpirun;
+                                  // host buffers only) | nccl (GPU ranks)
   double comm_timeout = CommOptions{}.timeout_s;  // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
   std::string flight_dir;         // flight records (comm/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
@@ -136,7 +137,8 @@ const std::vector<ConfigKey>& config_keys();
 // Sets one key from its text form (a flag's value) and checks it against the key's allowed
 // values. Throws "key: expected ..., found ..." naming the key and the value.
 void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value);
-// Current value of a key as text, in the form set_config_value reads (tests round-trip it).
+// Current value of a key as text, in the form set_config_value reads: its inverse, which the
+// tests use to round-trip every key (the printed table shows floats shorter, empty as "-").
 std::string get_config_value(const TrainConfig& cfg, const std::string& key);
 
 // Applies a TOML file, recording each key it sets as Origin::toml. Throws "FILE:LINE: key: ..."
