@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -277,6 +278,35 @@ TEST_CASE("a flag that turns a feature off leaves the TOML file's keys of that f
   const std::string idle_file = write_temp("idle.toml", "data = \"d/train_*.bin\"\nsample_tokens = 5\n");
   CHECK(run({idle_file}).find("sample_tokens: does nothing") == 0);
   CHECK(run({idle_file, "--steps", "3"}).find("sample_tokens: does nothing") == 0);
+}
+
+TEST_CASE("another subcommand takes rows of the settings table as its flags") {
+  TrainConfig cfg;
+  cfg.device = parse_device_spec("sim");  // the subcommand's own default, shown in its help
+  auto run = [&](std::vector<std::string> args) {
+    CLI::App app{"test", "ringzero test"};
+    add_setting_flags(app, cfg, {"precision", "device", "layers", "comm_debug"});
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return error_of([&] { app.parse(static_cast<int>(argv.size()), argv.data()); });
+  };
+  CHECK(run({"--precision", "bf16", "--device", "cuda:1", "--layers", "3", "--comm-debug"}).empty());
+  CHECK(cfg.precision == Precision::bf16);
+  CHECK(cfg.device == DeviceSpec{DeviceKind::cuda, 1});
+  CHECK(cfg.layers == 3);
+  CHECK(cfg.comm_debug);
+  CHECK(cfg.origins.at("layers") == TrainConfig::Origin::flag);
+  CHECK(run({"--precision", "fp16"}) == "--precision: expected fp32 or bf16, found 'fp16'");
+  CHECK(run({"--layers", "-1"}) == "--layers: expected a value >= 0, found -1");
+  CHECK(run({"--device", "gpu"}).find("--device: expected cpu, cuda or cuda:K") == 0);
+  CLI::App app{"test", "ringzero test"};
+  TrainConfig shown;
+  shown.device = parse_device_spec("sim");
+  add_setting_flags(app, shown, {"device"});
+  CHECK(app.help().find("--device string=sim") != std::string::npos);
+  CHECK(app.help().find("[cpu, cuda, cuda:K or sim (tests)]") != std::string::npos);
+  CHECK(error_of([&] { add_setting_flags(app, shown, {"no_such_key"}); }) == "add_setting_flags: no config key 'no_such_key'");
 }
 
 TEST_CASE("numbers out of their type's range, non-finite numbers and thread counts are refused") {

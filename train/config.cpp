@@ -3,10 +3,11 @@
 // Every key is described once, in kSettings below: its name, the field it sets, the values
 // it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help
 // and the printed table all walk that one table, so a key cannot exist in one and not the
-// others. Keys with a module's own type (precision, strategy, device, recompute, attention,
-// resume) are held as that type and read and printed by the module's one parse/name pair
-// (Named below), whose errors also name the allowed values; the bucket size is checked by
-// zero/'s own check.
+// others; other subcommands take their rows of it as flags (add_setting_flags). Keys with
+// a module's own type (precision, strategy, device, recompute, attention, resume) are held
+// as that type and read and printed by the module's one parse/name pair (Named below),
+// whose errors also name the allowed values; the bucket size is checked by zero/'s own
+// check.
 #include "train/config.h"
 
 // toml++ 3.3's parser asserts that a table header begins with a key character (TOML_ASSERT_
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <utility>
 #include <variant>
 
 #include "base/check.h"
@@ -691,6 +693,44 @@ std::string format_config_table(const TrainConfig& cfg) {
   return out;
 }
 
+namespace {
+
+// One row of the table as a flag of app: its name dashed, its help with the allowed values in
+// brackets and its value in `shown` as the default. A bool is a bare flag (--comm-debug),
+// resume a flag with an optional value (--resume, --resume=auto); the rest take a value. The
+// text given lands in *given, or (given null) in the option's results only.
+CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given) {
+  const std::string flag = "--" + dashed(k.name);
+  std::string help = k.help;
+  if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
+  const bool is_bool = std::holds_alternative<bool TrainConfig::*>(k.field);
+  CLI::Option* o;
+  if (is_bool || std::holds_alternative<Resume TrainConfig::*>(k.field)) {  // --resume auto: parse_train_args
+    const std::string name = flag + (is_bool ? "{true}" : "{yes}");
+    o = given != nullptr ? app.add_flag(name, *given, help) : app.add_flag(name, std::as_const(help));
+  } else {
+    o = given != nullptr ? app.add_option(flag, *given, help) : app.add_option(flag, std::as_const(help));
+    o->type_name(kind_of(k.field));
+    if (const std::string def = shown_value(shown, k); def != "-") o->default_str(def);
+  }
+  return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
+}
+
+// set_config_value for a flag: the error names the flag ("--key: expected ..."), and the key
+// is recorded as set by a flag.
+void set_flag_value(TrainConfig& cfg, const std::string& name, const std::string& value) {
+  try {
+    set_config_value(cfg, name, value);
+    cfg.origins[name] = TrainConfig::Origin::flag;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(name + ":", 0) == 0) msg = msg.substr(name.size() + 1);
+    RZ_FAIL("--%s:%s", dashed(name.c_str()).c_str(), msg.c_str());
+  }
+}
+
+}  // namespace
+
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   CLI::App app{
       "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
@@ -706,22 +746,7 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   std::map<std::string, std::string> given;
   std::vector<std::pair<std::string, CLI::Option*>> opts;
   const TrainConfig defaults;
-  for (const auto& k : kSettings) {
-    std::string flag = "--" + dashed(k.name);
-    std::string help = k.help;
-    if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
-    CLI::Option* o;
-    if (std::holds_alternative<bool TrainConfig::*>(k.field)) {
-      o = app.add_flag(flag + "{true}", given[k.name], help);
-    } else if (std::holds_alternative<Resume TrainConfig::*>(k.field)) {  // --resume, --resume=auto (and --resume auto, below)
-      o = app.add_flag(flag + "{yes}", given[k.name], help);
-    } else {
-      o = app.add_option(flag, given[k.name], help)->type_name(kind_of(k.field));
-      if (const std::string def = shown_value(defaults, k); def != "-") o->default_str(def);
-    }
-    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
-    opts.emplace_back(k.name, o);
-  }
+  for (const auto& k : kSettings) opts.emplace_back(k.name, add_setting_option(app, k, defaults, &given[k.name]));
   // "--save-dir=" means an empty value; CLI11 would take the next argument instead.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11's vector form wants the arguments reversed
@@ -753,16 +778,18 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   }
   for (const auto& [name, o] : opts) {
     if (o->count() == 0) continue;
-    try {
-      set_config_value(cfg, name, given[name]);
-      cfg.origins[name] = TrainConfig::Origin::flag;
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind(name + ":", 0) == 0) msg = msg.substr(name.size() + 1);
-      RZ_FAIL("--%s:%s", dashed(name.c_str()).c_str(), msg.c_str());
-    }
+    set_flag_value(cfg, name, given[name]);
   }
   return true;
+}
+
+void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    const Setting* k = find_setting(key);
+    RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
+    const std::string name = k->name;
+    add_setting_option(app, *k, cfg, nullptr)->each([&cfg, name](const std::string& v) { set_flag_value(cfg, name, v); });
+  }
 }
 
 }  // namespace rz

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,10 @@
 #include "comm/factory.h"
 #include "model/config.h"
 #include "zero/strategy_options.h"
+
+namespace CLI {
+class App;
+}
 
 namespace rz {
 
@@ -158,6 +163,13 @@ std::string format_config_table(const TrainConfig& cfg);
 // tokenizer.bin `ringzero prepare` wrote beside the config's data. Not finalized. Defined in
 // config_shape.cpp, so config.cpp needs nothing from data/.
 GPT2Config config_model_shape(const TrainConfig& tc);
+
+// Adds the settings table's rows `keys` (TOML spelling: "layers", "precision", "device", ...)
+// to another subcommand's flags, as `ringzero train` has them (--layers, --precision, ...):
+// the same help, allowed values and checks, cfg's values shown as the defaults. Each flag
+// given sets cfg while app parses, through set_config_value; a bad value throws
+// "--key: expected ..., found ...". A key the table lacks throws at once.
+void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys);
 
 // Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"), recording the
 // keys its flags set as Origin::flag. Returns false when --help was printed. Unknown flags
