@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/device_spec.h"
 #include "base/sim_device.h"
 
 namespace rz {
@@ -54,25 +55,7 @@ std::string device_name(Device d) {
   return strfmt("%s:%d", d.kind == DeviceKind::sim ? "sim" : "cuda", d.index);
 }
 
-Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device{};
-  for (auto [name, kind] : {std::pair{"cuda", DeviceKind::cuda}, std::pair{"sim", DeviceKind::sim}}) {
-    const size_t len = std::strlen(name);
-    if (s == name) return Device{kind, 0};
-    if (s.compare(0, len, name) != 0 || s.size() <= len + 1 || s.size() > len + 5 || s[len] != ':') continue;
-    const std::string k = s.substr(len + 1);
-    bool digits = true;
-    for (char c : k) digits = digits && c >= '0' && c <= '9';
-    if (!digits) continue;
-    const int index = std::atoi(k.c_str());
-    RZ_CHECK(kind != DeviceKind::sim || index < sim::kDeviceCount,
-             "device: the simulated device has ordinals sim:0 .. sim:%d, found '%s'", sim::kDeviceCount - 1, s.c_str());
-    return Device{kind, index};
-  }
-  fail(strfmt("device: expected cpu, cuda or cuda:K (K a GPU index; sim or sim:K: the simulated device, for "
-              "tests), found '%s'",
-              s.c_str()));
-}
+Device parse_device(const std::string& s) { return parse_device_spec(s).device(); }
 
 // One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
 static std::array<DeviceAllocator, kNumDeviceKinds> g_allocators;

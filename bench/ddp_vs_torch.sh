@@ -36,12 +36,10 @@ rz_round() {  # prints "CPU_MS WALL_MS RANK_CPU_MS..." of rank 0
   awk '/ step_cpu_ms / { for (i = 1; i <= NF; ++i) { if ($i == "step_ms") w = $(i + 1); if ($i == "step_cpu_ms") c = $(i + 1) }
         sub(/.*\(ranks /, ""); sub(/\).*/, ""); print c, w, $0 }' "$tmp/rz.txt"
 }
-# (configs/tiny.toml sets sample_tokens and sample_top_k: with sampling off they go back to
-# their defaults, as a key that would do nothing is refused: train/config.cpp check_no_idle_keys.)
 rz_job_cpu() {  # whole `train` job CPU seconds at $1 steps
   /usr/bin/time -f '%U %S' -o "$tmp/time.txt" "$rz" train configs/tiny.toml --nproc-per-node 2 --threads 1 \
     --strategy "$strategy" --seq "$seq" --batch "$batch" --steps "$1" --eval-every 0 --sample-every 0 \
-    --sample-tokens 64 --sample-top-k 0 --val-data "" --eval-batches 4 --save-dir= >"$tmp/job.txt" 2>&1 || { cat "$tmp/job.txt" >&2; exit 1; }
+    --val-data "" --save-dir= >"$tmp/job.txt" 2>&1 || { cat "$tmp/job.txt" >&2; exit 1; }
   awk '{print $1 + $2}' "$tmp/time.txt"
 }
 uptime

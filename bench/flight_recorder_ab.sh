@@ -10,8 +10,6 @@ echo "### build/bench/bench_flight_recorder_cost 2000000 9"
 $B/bench/bench_flight_recorder_cost 2000000 9
 for pair in $(seq 1 12); do
   if [ $((pair % 2)) = 1 ]; then order="2048 0"; else order="0 2048"; fi
-  # (configs/tiny.toml sets sample_tokens and sample_top_k: with sampling off they go back to
-  # their defaults, as a key that would do nothing is refused: train/config.cpp check_no_idle_keys.)
   for K in $order; do
     t=$($B/ringzero comm-bench --op all_reduce --nproc 2 --transport shm --min-bytes 8 --max-bytes 8 --iters 20000 --warmup 2000 --flight-entries $K 2>&1 | grep -v "^#" | awk '{print $5}')
     echo "comm-bench-8B-shm-N2 pair $pair K=$K time_us $t"
@@ -20,7 +18,7 @@ done
 for pair in 1 2 3 4 5 6; do
   if [ $((pair % 2)) = 1 ]; then order="2048 0"; else order="0 2048"; fi
   for K in $order; do
-    $B/ringzero train configs/tiny.toml --nproc-per-node 2 --steps 60 --eval-every 0 --sample-every 0 --sample-tokens 64 --sample-top-k 0 --flight-entries $K --metrics ${TMPDIR:-/tmp}/rz-ab-$K-$pair.jsonl > /dev/null 2>&1
+    $B/ringzero train configs/tiny.toml --nproc-per-node 2 --steps 60 --eval-every 0 --sample-every 0 --flight-entries $K --metrics ${TMPDIR:-/tmp}/rz-ab-$K-$pair.jsonl > /dev/null 2>&1
     python3 -c "
 import json,statistics
 r=[json.loads(l)['step_ms'] for l in open('${TMPDIR:-/tmp}/rz-ab-$K-$pair.jsonl')][5:]

@@ -11,17 +11,15 @@ OUT=${2:-build/precision-train}
 D=${DATA:-build/data/fortunes}
 mkdir -p "$OUT"
 for N in ${NS:-2 8}; do
-  # (configs/tiny.toml sets sample_tokens and sample_top_k: with sampling off they go back to
-  # their defaults, as a key that would do nothing is refused: train/config.cpp check_no_idle_keys.)
   batch=$((32 / N))
   for R in bf16 fp32; do
     name="n${N}-${R}"
     echo "### ringzero train configs/tiny.toml --nproc-per-node $N --batch $batch --precision bf16 --grad-reduce-dtype $R" \
-         "--eval-every 250 --sample-every 0 --sample-tokens 64 --sample-top-k 0 ${EXTRA:-}"
+         "--eval-every 250 --sample-every 0 ${EXTRA:-}"
     /usr/bin/time -f "$name: %e s wall, %U s user, %S s sys" \
       "$B/ringzero" train configs/tiny.toml --nproc-per-node "$N" --batch "$batch" --precision bf16 \
       --grad-reduce-dtype "$R" --data "$D/train_*.bin" --val-data "$D/val_*.bin" --eval-every 250 \
-      --sample-every 0 --sample-tokens 64 --sample-top-k 0 --metrics "$OUT/$name.jsonl" ${EXTRA:-} 2>&1 | grep -E "^step .*(/|val)|val |error|s wall" | tail -8
+      --sample-every 0 --metrics "$OUT/$name.jsonl" ${EXTRA:-} 2>&1 | grep -E "^step .*(/|val)|val |error|s wall" | tail -8
   done
 done
 [ "${NS:-2 8}" = "2 8" ] || exit 0

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -61,7 +62,7 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   CHECK(cfg.nproc_per_node == 2);
   CHECK(cfg.strategy == StrategyKind::zero1);
   CHECK(cfg.total_batch_tokens == 4096);
-  CHECK(cfg.resume == "yes");
+  CHECK(cfg.resume == Resume::yes);
   CHECK(cfg.weight_decay == 0.0);
   CHECK(cfg.save_dir == "ck");
   TrainConfig cfg2 = cfg;
@@ -133,11 +134,11 @@ TEST_CASE("unknown keys and bad values name the key (and file:line in TOML)") {
   // --resume alone is yes; --resume auto and --resume=auto take the newest intact checkpoint.
   TrainConfig r1, r2, r3;
   REQUIRE(parse({"--resume", "--save-dir", "ck"}, r1));
-  CHECK(r1.resume == "yes");
+  CHECK(r1.resume == Resume::yes);
   REQUIRE(parse({"--resume", "auto", "--save-dir", "ck"}, r2));
-  CHECK(r2.resume == "auto");
+  CHECK(r2.resume == Resume::automatic);
   REQUIRE(parse({"--resume=auto", "--save-dir", "ck", "--overwrite"}, r3));
-  CHECK(r3.resume == "auto");
+  CHECK(r3.resume == Resume::automatic);
   CHECK(r3.overwrite);
   r3.data = "d/train_*.bin";
   CHECK(error_of([&] { validate_config(r3); }).find("overwrite: cannot be combined with resume") == 0);
@@ -152,25 +153,32 @@ TEST_CASE("validation is a separate step that names the key") {
     mutate(c);
     return error_of([&] { validate_config(c); });
   };
+  auto bad_value = [&](const char* key, const char* value) {  // a typed key refuses it as it is read
+    TrainConfig c = cfg;
+    return error_of([&] {
+      set_config_value(c, key, value);
+      validate_config(c);
+    });
+  };
   CHECK(error_of([&] { set_config_value(cfg, "strategy", "zero4"); }) == "strategy: expected ddp, zero1, zero2 or zero3, found 'zero4'");
   CHECK(bad([](TrainConfig& c) { c.batch = 0; }) == "batch: expected a positive integer, found 0");
   CHECK(bad([](TrainConfig& c) { c.lr_floor = 1.5; }) == "lr_floor: expected a fraction in [0, 1], found 1.5");
-  CHECK(bad([](TrainConfig& c) { c.device = "cuda:x"; }) ==
+  CHECK(bad_value("device", "cuda:x") ==
         "device: expected cpu, cuda or cuda:K (K a GPU index; sim or sim:K: the simulated device, for tests), "
         "found 'cuda:x'");
-  CHECK(bad([](TrainConfig& c) { c.device = "gpu"; }).find("device: expected cpu, cuda or cuda:K") == 0);
-  CHECK(bad([](TrainConfig& c) { c.recompute = "block"; }) == "recompute: expected none, gelu or layer, found 'block'");
-  CHECK(bad([](TrainConfig& c) { c.recompute = "layer"; }).empty());
-  CHECK(bad([](TrainConfig& c) { c.attention = "fused"; }) == "attention: expected materialized or flash, found 'fused'");
-  CHECK(bad([](TrainConfig& c) { c.attention = "flash"; }).empty());
+  CHECK(bad_value("device", "gpu").find("device: expected cpu, cuda or cuda:K") == 0);
+  CHECK(bad_value("recompute", "block") == "recompute: expected none, gelu or layer, found 'block'");
+  CHECK(bad_value("recompute", "layer").empty());
+  CHECK(bad_value("attention", "fused") == "attention: expected materialized or flash, found 'fused'");
+  CHECK(bad_value("attention", "flash").empty());
   CHECK_NOTHROW(validate_config([] {
     TrainConfig c;
     c.data = "x.bin";
-    c.device = "cuda:1";
+    c.device = parse_device_spec("cuda:1");
     return c;
   }()));
   CHECK(bad([](TrainConfig& c) { c.data.clear(); }).find("data:") == 0);
-  CHECK(bad([](TrainConfig& c) { c.resume = "yes"; }).find("resume: needs save_dir") == 0);
+  CHECK(bad([](TrainConfig& c) { c.resume = Resume::yes; }).find("resume: needs save_dir") == 0);
   CHECK(bad([](TrainConfig& c) { c.node_rank = 2; c.nnodes = 2; c.master_port = 1234; }) == "node_rank: expected 0..1, found 2");
 }
 
@@ -249,6 +257,56 @@ TEST_CASE("a key that would do nothing is an error naming what it needs") {
   CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; c.strategy = StrategyKind::zero2; }).empty());
   CHECK(idle([](TrainConfig& c) { c.grad_shard_fp32 = true; c.strategy = StrategyKind::zero2; })
             .find("grad_shard_fp32: does nothing") == 0);  // fp32: the shard is fp32 already
+}
+
+TEST_CASE("a flag that turns a feature off leaves the TOML file's keys of that feature alone") {
+  const std::string tiny = std::string(RINGZERO_SOURCE_DIR) + "/configs/tiny.toml";
+  auto run = [&](std::vector<std::string> args) {
+    return error_of([&] {
+      TrainConfig c;
+      REQUIRE(parse(std::move(args), c));
+      validate_config(c);
+    });
+  };
+  // tiny.toml sets sample_tokens, sample_top_k, eval_every and eval_batches.
+  CHECK(run({tiny, "--sample-every", "0"}).empty());
+  CHECK(run({tiny, "--val-data", ""}).empty());
+  CHECK(run({tiny, "--eval-every", "0", "--sample-every", "0", "--val-data", ""}).empty());
+  // The same keys given as flags, or left idle by the file itself, are still refused.
+  CHECK(run({tiny, "--sample-every", "0", "--sample-tokens", "5"}).find("sample_tokens: does nothing") == 0);
+  CHECK(run({tiny, "--val-data", "", "--eval-batches", "2"}).find("eval_batches: does nothing") == 0);
+  const std::string idle_file = write_temp("idle.toml", "data = \"d/train_*.bin\"\nsample_tokens = 5\n");
+  CHECK(run({idle_file}).find("sample_tokens: does nothing") == 0);
+  CHECK(run({idle_file, "--steps", "3"}).find("sample_tokens: does nothing") == 0);
+}
+
+TEST_CASE("another subcommand takes rows of the settings table as its flags") {
+  TrainConfig cfg;
+  cfg.device = parse_device_spec("sim");  // the subcommand's own default, shown in its help
+  auto run = [&](std::vector<std::string> args) {
+    CLI::App app{"test", "ringzero test"};
+    add_setting_flags(app, cfg, {"precision", "device", "layers", "comm_debug"});
+    args.insert(args.begin(), "test");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return error_of([&] { app.parse(static_cast<int>(argv.size()), argv.data()); });
+  };
+  CHECK(run({"--precision", "bf16", "--device", "cuda:1", "--layers", "3", "--comm-debug"}).empty());
+  CHECK(cfg.precision == Precision::bf16);
+  CHECK(cfg.device == DeviceSpec{DeviceKind::cuda, 1});
+  CHECK(cfg.layers == 3);
+  CHECK(cfg.comm_debug);
+  CHECK(cfg.origins.at("layers") == TrainConfig::Origin::flag);
+  CHECK(run({"--precision", "fp16"}) == "--precision: expected fp32 or bf16, found 'fp16'");
+  CHECK(run({"--layers", "-1"}) == "--layers: expected a value >= 0, found -1");
+  CHECK(run({"--device", "gpu"}).find("--device: expected cpu, cuda or cuda:K") == 0);
+  CLI::App app{"test", "ringzero test"};
+  TrainConfig shown;
+  shown.device = parse_device_spec("sim");
+  add_setting_flags(app, shown, {"device"});
+  CHECK(app.help().find("--device string=sim") != std::string::npos);
+  CHECK(app.help().find("[cpu, cuda, cuda:K or sim (tests)]") != std::string::npos);
+  CHECK(error_of([&] { add_setting_flags(app, shown, {"no_such_key"}); }) == "add_setting_flags: no config key 'no_such_key'");
 }
 
 TEST_CASE("numbers out of their type's range, non-finite numbers and thread counts are refused") {

@@ -19,6 +19,7 @@
 #include "model/gpt2.h"
 #include "train/cli_number.h"
 #include "train/command.h"
+#include "train/config.h"
 
 namespace rz {
 namespace {
@@ -48,7 +49,8 @@ Row compare(const std::string& name, const float* ours, const float* ref, size_t
 }
 
 int run_verify(int argc, char** argv) {
-  std::string model_path, state_path, precision = "fp32", device = "cpu";
+  std::string model_path, state_path;
+  TrainConfig settings;  // --precision and --device: rows of train's settings table
   double logits_atol = -1, loss_atol = -1, grads_atol = -1, rtol = -1;
   bool quiet = false;
   CLI::App app{
@@ -62,15 +64,14 @@ int run_verify(int argc, char** argv) {
       "ringzero verify"};
   app.add_option("--model", model_path, "llm.c model file (version 3 fp32 or 5 bf16)")->required();
   app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
-  app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
-  app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
+  add_setting_flags(app, settings, {"precision", "device"});
   add_number(app, "--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
   add_number(app, "--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
   add_number(app, "--grads-atol", grads_atol, "absolute tolerance for gradients (default by precision)");
   add_number(app, "--rtol", rtol, "relative tolerance for gradients and logits (default by precision)");
   app.add_flag("--quiet", quiet, "print only failing rows and the summary");
   if (!parse_command_line(app, argc, argv)) return 0;
-  const Precision prec = parse_precision(precision);
+  const Precision prec = settings.precision;
   const bool bf = prec == Precision::bf16;
   if (logits_atol < 0) logits_atol = bf ? 0.25 : 1e-2;
   if (loss_atol < 0) loss_atol = bf ? 0.05 : 1e-2;
@@ -84,7 +85,7 @@ int run_verify(int argc, char** argv) {
               model_path.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
               cfg.max_seq_len, precision_name(mf.precision), st.B, st.T, precision_name(prec));
 
-  GPT2 model(cfg, ModelOptions{prec, false, parse_device(device)});
+  GPT2 model(cfg, ModelOptions{prec, false, settings.device.device()});
   model.set_params_f32(mf.params.data());
   const float loss = model.forward(st.x.data(), st.y.data(), st.B, st.T);
   std::vector<float> logits_p, logits;

@@ -1,11 +1,13 @@
 // train/config.cpp: the settings table behind TrainConfig, TOML loading, flags, validation.
 //
 // Every key is described once, in kSettings below: its name, the field it sets, the values
-// it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help,
-// the printed table and the checkpoint's copy of the configuration all walk that one
-// table, so a key cannot exist in one and not the others. Enumerated keys (precision,
-// strategy) are held as enums and read by their library's own parsers, which also name
-// the allowed values; the bucket size is checked by zero/'s own check.
+// it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help
+// and the printed table all walk that one table, so a key cannot exist in one and not the
+// others; other subcommands take their rows of it as flags (add_setting_flags). Keys with
+// a module's own type (precision, strategy, device, recompute, attention, resume) are held
+// as that type and read and printed by the module's one parse/name pair (Named below),
+// whose errors also name the allowed values; the bucket size is checked by zero/'s own
+// check.
 #include "train/config.h"
 
 // toml++ 3.3's parser asserts that a table header begins with a key character (TOML_ASSERT_
@@ -25,12 +27,12 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <utility>
 #include <variant>
 
 #include "base/check.h"
 #include "base/checked.h"
 #include "base/file.h"
-#include "kernels/backend.h"
 #include "comm/factory.h"
 #include "data/unicode.h"
 #include "model/config.h"
@@ -41,22 +43,62 @@ namespace {
 
 using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
-                           Precision TrainConfig::*, StrategyKind TrainConfig::*>;
+                           Precision TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
+                           Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*>;
+
+// The keys held as a module's own type, each read and written by that module's one
+// parse/name pair (which also names the allowed values in its errors).
+template <typename T>
+struct Named;
+template <>
+struct Named<Precision> {
+  static Precision parse(const std::string& s) { return parse_precision(s); }
+  static std::string name(Precision v) { return precision_name(v); }
+  static std::string allowed() { return or_list(precision_names()); }
+};
+template <>
+struct Named<StrategyKind> {
+  static StrategyKind parse(const std::string& s) { return parse_strategy(s); }
+  static std::string name(StrategyKind v) { return strategy_name(v); }
+  static std::string allowed() { return or_list(strategy_names()); }
+};
+template <>
+struct Named<DeviceSpec> {
+  static DeviceSpec parse(const std::string& s) { return parse_device_spec(s); }
+  static std::string name(DeviceSpec v) { return device_spec_name(v); }
+  static std::string allowed() { return "cpu, cuda, cuda:K or sim (tests)"; }
+};
+template <>
+struct Named<Recompute> {
+  static Recompute parse(const std::string& s) { return parse_recompute(s); }
+  static std::string name(Recompute v) { return recompute_name(v); }
+  static std::string allowed() { return or_list(recompute_names()); }
+};
+template <>
+struct Named<Attention> {
+  static Attention parse(const std::string& s) { return parse_attention(s); }
+  static std::string name(Attention v) { return attention_name(v); }
+  static std::string allowed() { return or_list(attention_names()); }
+};
+template <>
+struct Named<Resume> {
+  static Resume parse(const std::string& s) { return parse_resume(s); }
+  static std::string name(Resume v) { return resume_name(v); }
+  static std::string allowed() { return "no, yes or auto (or true/false)"; }
+};
+template <typename T>
+constexpr bool is_named_v = requires(const std::string& s) { Named<T>::parse(s); };
 
 // What one key's value may be, checked as soon as the value is read and again by
-// validate_config. Enums need no rule: their parsers accept only their names.
+// validate_config. Named types need no rule: their parsers accept only their names.
 enum class Allowed {
   any,
   positive,      // > 0
   non_negative,  // >= 0
   fraction,      // in [0, 1]
   port,          // 0..65535
-  device,        // cpu, cuda or cuda:K
   transport,     // comm/'s transports between processes
   comm,          // comm/'s collective backends
-  resume,        // no, yes or auto (true/false, 1/0, on/off are read as yes/no)
-  recompute,     // none, gelu or layer (model/config.h's Recompute)
-  attention,     // materialized or flash (model/config.h's Attention)
   bucket_mb,     // zero/'s check of a bucket size
   threads,       // 0, or 1 .. base/checked.h's max_threads()
   reduce_dtype,  // auto, bf16 or fp32 (--grad-reduce-dtype)
@@ -80,9 +122,9 @@ const Setting kSettings[] = {
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
   {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
   {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
-  {"device", &TrainConfig::device, Allowed::device, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
-  {"recompute", &TrainConfig::recompute, Allowed::recompute, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
-  {"attention", &TrainConfig::attention, Allowed::attention, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
+  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
+  {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
+  {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
   {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
   {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
   {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
@@ -123,7 +165,7 @@ const Setting kSettings[] = {
   {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none)"},
   {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
-  {"resume", &TrainConfig::resume, Allowed::resume, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
+  {"resume", &TrainConfig::resume, Allowed::any, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
   {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
   {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
   {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
@@ -184,7 +226,7 @@ const char* kind_of(const Field& f) {
         if constexpr (is_int_v<T>) return "int";
         else if constexpr (std::is_same_v<T, double>) return "float";
         else if constexpr (std::is_same_v<T, bool>) return "bool";
-        else return "string";  // strings and enums by name
+        else return "string";  // strings and named types by name
       },
       f);
 }
@@ -195,19 +237,21 @@ std::string process_transport_names() {
 
 // The allowed values of a key in words, for --help and config_keys().
 std::string allowed_text(const Setting& k) {
-  if (std::holds_alternative<Precision TrainConfig::*>(k.field)) return or_list(precision_names());
-  if (std::holds_alternative<StrategyKind TrainConfig::*>(k.field)) return or_list(strategy_names());
+  const std::string named = std::visit(
+      [](auto member) -> std::string {
+        using T = std::remove_cvref_t<decltype(TrainConfig{}.*member)>;
+        if constexpr (is_named_v<T>) return Named<T>::allowed();
+        else return "";
+      },
+      k.field);
+  if (!named.empty()) return named;
   switch (k.allowed) {
     case Allowed::any: return "";
     case Allowed::positive: return "> 0";
     case Allowed::non_negative: return ">= 0";
     case Allowed::fraction: return "0 to 1";
     case Allowed::port: return "0..65535";
-    case Allowed::device: return "cpu, cuda, cuda:K or sim (tests)";
     case Allowed::transport: return process_transport_names();
-    case Allowed::resume: return "no, yes or auto (or true/false)";
-    case Allowed::recompute: return or_list(recompute_names());
-    case Allowed::attention: return or_list(attention_names());
     case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
     case Allowed::threads: return strfmt("0 or 1..%d", max_threads());
@@ -215,14 +259,6 @@ std::string allowed_text(const Setting& k) {
     case Allowed::spike_metric: return "loss or grad_norm";
   }
   return "";
-}
-
-// resume is a yes/no key with a third value, auto: its boolean spellings become yes / no.
-void normalize_resume(TrainConfig& c, const Setting& k) {
-  if (k.allowed != Allowed::resume) return;
-  std::string& v = c.resume;
-  if (v == "true" || v == "1" || v == "on" || v.empty()) v = "yes";
-  if (v == "false" || v == "0" || v == "off") v = "no";
 }
 
 // Throws "expected ..., found ..." (without the key) when the value of k in c is not allowed.
@@ -252,24 +288,10 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
             default: break;
           }
         } else if constexpr (std::is_same_v<T, std::string>) {
-          if (k.allowed == Allowed::device) parse_device(v);  // kernels/backend.h: the one parser
-          if (k.allowed == Allowed::recompute) {
-            const std::vector<std::string> names = recompute_names();
-            RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
-                     allowed_text(k).c_str(), v.c_str());
-          }
-          if (k.allowed == Allowed::attention) {
-            const std::vector<std::string> names = attention_names();
-            RZ_CHECK(std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
-                     allowed_text(k).c_str(), v.c_str());
-          }
           if (k.allowed == Allowed::spike_metric)
             RZ_CHECK(v == "loss" || v == "grad_norm", "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
           if (k.allowed == Allowed::reduce_dtype)
             RZ_CHECK(v == "auto" || v == "bf16" || v == "fp32", "expected %s, found '%s'", allowed_text(k).c_str(),
-                     v.c_str());
-          if (k.allowed == Allowed::resume)
-            RZ_CHECK(v == "no" || v == "yes" || v == "auto", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());
           if (k.allowed == Allowed::comm)
             RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), v) != std::end(kCommBackends),
@@ -301,10 +323,8 @@ template <typename T>
 void from_text(T& dst, const std::string& value) {
   if constexpr (std::is_same_v<T, std::string>) {
     dst = value;
-  } else if constexpr (std::is_same_v<T, Precision>) {
-    dst = parse_precision(value);
-  } else if constexpr (std::is_same_v<T, StrategyKind>) {
-    dst = parse_strategy(value);
+  } else if constexpr (is_named_v<T>) {
+    dst = Named<T>::parse(value);
   } else if constexpr (std::is_same_v<T, bool>) {
     if (value == "true" || value == "1" || value == "yes" || value == "on") dst = true;
     else if (value == "false" || value == "0" || value == "no" || value == "off") dst = false;
@@ -342,8 +362,7 @@ void from_toml(T& dst, const toml::node& node, const char* kind) {
     RZ_FAIL("expected %s %s, found %s", k == "int" ? "an" : "a", k == "float" ? "number" : kind,
             toml_type_name(node));
   };
-  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Precision> ||
-                std::is_same_v<T, StrategyKind>) {
+  if constexpr (std::is_same_v<T, std::string> || is_named_v<T>) {
     if (!node.is_string()) wrong();
     from_text(dst, *node.value<std::string>());
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -364,8 +383,7 @@ void from_toml(T& dst, const toml::node& node, const char* kind) {
 template <typename T>
 std::string to_text(const T& v) {
   if constexpr (std::is_same_v<T, std::string>) return v;
-  else if constexpr (std::is_same_v<T, Precision>) return precision_name(v);
-  else if constexpr (std::is_same_v<T, StrategyKind>) return strategy_name(v);
+  else if constexpr (is_named_v<T>) return Named<T>::name(v);
   else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
   else if constexpr (std::is_same_v<T, double>) return strfmt("%.17g", v);
   else return std::to_string(v);
@@ -385,6 +403,23 @@ std::string shown_value(const TrainConfig& cfg, const Setting& k) {
 
 }  // namespace
 
+const char* resume_name(Resume r) {
+  switch (r) {
+    case Resume::no: return "no";
+    case Resume::yes: return "yes";
+    case Resume::automatic: return "auto";
+  }
+  return "?";
+}
+
+Resume parse_resume(const std::string& name) {
+  if (name == "true" || name == "1" || name == "on" || name.empty()) return Resume::yes;
+  if (name == "false" || name == "0" || name == "off") return Resume::no;
+  for (Resume r : kResumes)
+    if (name == resume_name(r)) return r;
+  RZ_FAIL("resume: expected %s, found '%s'", Named<Resume>::allowed().c_str(), name.c_str());
+}
+
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = [] {
     std::vector<ConfigKey> v;
@@ -399,7 +434,6 @@ void set_config_value(TrainConfig& cfg, const std::string& key, const std::strin
   RZ_CHECK(k != nullptr, "unknown config key '%s' (ringzero train --help lists them)", key.c_str());
   naming_key(k->name, [&] {
     std::visit([&](auto member) { from_text(cfg.*member, value); }, k->field);
-    normalize_resume(cfg, *k);
     check_allowed(cfg, *k);
   });
 }
@@ -557,13 +591,13 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
     const Setting* k = find_setting(key);
     RZ_CHECK(k != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
              path.c_str(), line, key.c_str());
+    cfg.origins[k->name] = TrainConfig::Origin::toml;
     try {
       naming_key(key.c_str(), [&] {
-        if (k->allowed == Allowed::resume && node.is_boolean())  // resume = true / false
-          cfg.resume = *node.value<bool>() ? "yes" : "no";
+        if (std::holds_alternative<Resume TrainConfig::*>(k->field) && node.is_boolean())  // resume = true / false
+          cfg.resume = *node.value<bool>() ? Resume::yes : Resume::no;
         else
           std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
-        normalize_resume(cfg, *k);
         check_allowed(cfg, *k);
       });
     } catch (const Error& e) {
@@ -576,35 +610,54 @@ namespace {
 
 // A key set away from its default that, with the other keys as they are, changes nothing is
 // a mistake the user would not see (an eval that never runs, a trace window with no trace):
-// an error naming the key and what it needs.
+// an error naming the key and what it needs. Except where the TOML file set the key and a
+// flag set one of the keys its feature hangs on (`configs/tiny.toml --sample-every 0`:
+// the file's sample_tokens is not the user's mistake, the flag turned sampling off).
 void check_no_idle_keys(const TrainConfig& c) {
   const TrainConfig d;
-  auto idle = [](bool set, bool used, const char* key, const char* needs) {
-    RZ_CHECK(!set || used, "%s: does nothing without %s", key, needs);
+  auto from = [&](const char* key, TrainConfig::Origin o) {
+    const auto it = c.origins.find(key);
+    return it != c.origins.end() && it->second == o;
+  };
+  auto idle = [&](bool set, bool used, const char* key, const char* needs, std::initializer_list<const char*> features) {
+    if (!set || used) return;
+    if (from(key, TrainConfig::Origin::toml) &&
+        std::any_of(features.begin(), features.end(), [&](const char* f) { return from(f, TrainConfig::Origin::flag); }))
+      return;
+    RZ_FAIL("%s: does nothing without %s", key, needs);
   };
   const bool val = !c.val_data.empty();
-  idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)");
-  idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)");
-  idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)");
+  idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)", {"val_data"});
+  idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)",
+       {"val_data"});
+  idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)",
+       {"trace"});
   const bool sampling = c.sample_every > 0;
-  idle(c.sample_tokens != d.sample_tokens, sampling, "sample_tokens", "sample_every (no sample is drawn)");
-  idle(c.sample_top_k != d.sample_top_k, sampling, "sample_top_k", "sample_every (no sample is drawn)");
+  idle(c.sample_tokens != d.sample_tokens, sampling, "sample_tokens", "sample_every (no sample is drawn)",
+       {"sample_every"});
+  idle(c.sample_top_k != d.sample_top_k, sampling, "sample_top_k", "sample_every (no sample is drawn)",
+       {"sample_every"});
   const bool saving = !c.save_dir.empty();
-  idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)");
-  idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)");
-  idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)");
+  idle(c.save_every != d.save_every, saving, "save_every", "save_dir (no checkpoint is written)", {"save_dir"});
+  idle(c.keep != d.keep, saving, "keep", "save_dir (no checkpoint is written)", {"save_dir"});
+  idle(c.overwrite, saving, "overwrite", "save_dir (there is nothing to overwrite)", {"save_dir"});
   const bool guarded = c.spike_zscore > 0;
   idle(c.max_consecutive_skips != d.max_consecutive_skips, c.skip_nonfinite || guarded, "max_consecutive_skips",
-       "skip_nonfinite or spike_zscore (no step is ever skipped)");
-  idle(c.spike_window != d.spike_window, guarded, "spike_window", "spike_zscore > 0 (the spike guard is off)");
-  idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)");
-  idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)");
-  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)");
+       "skip_nonfinite or spike_zscore (no step is ever skipped)", {"skip_nonfinite", "spike_zscore"});
+  idle(c.spike_window != d.spike_window, guarded, "spike_window", "spike_zscore > 0 (the spike guard is off)",
+       {"spike_zscore"});
+  idle(c.spike_metric != d.spike_metric, guarded, "spike_metric", "spike_zscore > 0 (the spike guard is off)",
+       {"spike_zscore"});
+  idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)",
+       {"tokenizer"});
+  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)",
+       {"comm"});
   const bool staged = strategy_traits(c.strategy).shards_grads;  // gradients staged bucket by bucket
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
-       "strategy zero2 or zero3 (only they stage gradient buckets)");
+       "strategy zero2 or zero3 (only they stage gradient buckets)", {"strategy"});
   idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision == Precision::bf16, "grad_shard_fp32",
-       "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)");
+       "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)",
+       {"strategy", "precision"});
 }
 
 }  // namespace
@@ -640,34 +693,60 @@ std::string format_config_table(const TrainConfig& cfg) {
   return out;
 }
 
+namespace {
+
+// One row of the table as a flag of app: its name dashed, its help with the allowed values in
+// brackets and its value in `shown` as the default. A bool is a bare flag (--comm-debug),
+// resume a flag with an optional value (--resume, --resume=auto); the rest take a value. The
+// text given lands in *given, or (given null) in the option's results only.
+CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given) {
+  const std::string flag = "--" + dashed(k.name);
+  std::string help = k.help;
+  if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
+  const bool is_bool = std::holds_alternative<bool TrainConfig::*>(k.field);
+  CLI::Option* o;
+  if (is_bool || std::holds_alternative<Resume TrainConfig::*>(k.field)) {  // --resume auto: parse_train_args
+    const std::string name = flag + (is_bool ? "{true}" : "{yes}");
+    o = given != nullptr ? app.add_flag(name, *given, help) : app.add_flag(name, std::as_const(help));
+  } else {
+    o = given != nullptr ? app.add_option(flag, *given, help) : app.add_option(flag, std::as_const(help));
+    o->type_name(kind_of(k.field));
+    if (const std::string def = shown_value(shown, k); def != "-") o->default_str(def);
+  }
+  return o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
+}
+
+// set_config_value for a flag: the error names the flag ("--key: expected ..."), and the key
+// is recorded as set by a flag.
+void set_flag_value(TrainConfig& cfg, const std::string& name, const std::string& value) {
+  try {
+    set_config_value(cfg, name, value);
+    cfg.origins[name] = TrainConfig::Origin::flag;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(name + ":", 0) == 0) msg = msg.substr(name.size() + 1);
+    RZ_FAIL("--%s:%s", dashed(name.c_str()).c_str(), msg.c_str());
+  }
+}
+
+}  // namespace
+
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   CLI::App app{
       "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
-      "under torchrun, srun or mpirun each process reads its rank from the environment.",
+      "under torchrun, srun or mpirun each process reads its rank from the environment.\n"
+      "A key set away from its default that would change nothing (--eval-every without\n"
+      "--val-data) is an error, unless CONFIG.toml set it and a flag turned its feature off\n"
+      "(configs/tiny.toml's sample_tokens under --sample-every 0).",
       "ringzero train"};
   std::string config_path;
   app.add_option("config", config_path, "TOML config file (configs/tiny.toml, ...)");
   std::map<std::string, std::string> given;
   std::vector<std::pair<std::string, CLI::Option*>> opts;
   const TrainConfig defaults;
-  for (const auto& k : kSettings) {
-    std::string flag = "--" + dashed(k.name);
-    std::string help = k.help;
-    if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
-    CLI::Option* o;
-    if (std::holds_alternative<bool TrainConfig::*>(k.field)) {
-      o = app.add_flag(flag + "{true}", given[k.name], help);
-    } else if (k.allowed == Allowed::resume) {  // --resume, --resume=auto (and --resume auto, below)
-      o = app.add_flag(flag + "{yes}", given[k.name], help);
-    } else {
-      o = app.add_option(flag, given[k.name], help)->type_name(kind_of(k.field));
-      if (const std::string def = shown_value(defaults, k); def != "-") o->default_str(def);
-    }
-    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a repeated flag: the last one wins
-    opts.emplace_back(k.name, o);
-  }
+  for (const auto& k : kSettings) opts.emplace_back(k.name, add_setting_option(app, k, defaults, &given[k.name]));
   // "--save-dir=" means an empty value; CLI11 would take the next argument instead.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11's vector form wants the arguments reversed
@@ -699,15 +778,18 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   }
   for (const auto& [name, o] : opts) {
     if (o->count() == 0) continue;
-    try {
-      set_config_value(cfg, name, given[name]);
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind(name + ":", 0) == 0) msg = msg.substr(name.size() + 1);
-      RZ_FAIL("--%s:%s", dashed(name.c_str()).c_str(), msg.c_str());
-    }
+    set_flag_value(cfg, name, given[name]);
   }
   return true;
+}
+
+void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    const Setting* k = find_setting(key);
+    RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
+    const std::string name = k->name;
+    add_setting_option(app, *k, cfg, nullptr)->each([&cfg, name](const std::string& v) { set_flag_value(cfg, name, v); });
+  }
 }
 
 }  // namespace rz

@@ -1,7 +1,8 @@
 // train/config.h: everything a training run can be told, in one struct.
 //
 // The defaults and their one-line meanings sit together below (llama2.c's habit); where a
-// library owns a default (the strategies' bucket size), the field takes it from there. A
+// library owns a default (the strategies' bucket size, clipping and weight decay, comm's
+// timeout), the field takes it from there. A
 // run's configuration is resolved in three steps, each in one place:
 //   1. defaults (this struct),
 //   2. a TOML file (`ringzero train run.toml`): flat `key = value` lines, keys spelled as
@@ -15,14 +16,32 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "base/device_spec.h"
 #include "comm/factory.h"
 #include "model/config.h"
 #include "zero/strategy_options.h"
 
+namespace CLI {
+class App;
+}
+
 namespace rz {
+
+// --resume: where a run starts.
+//   no         from step 0 (random init, or --init)
+//   yes        from the newest complete checkpoint in save_dir; an error if it is damaged
+//   automatic  from the newest intact one, or from step 0 when there is none ("auto")
+enum class Resume : int { no, yes, automatic };
+inline constexpr Resume kResumes[] = {Resume::no, Resume::yes, Resume::automatic};
+const char* resume_name(Resume r);  // "no", "yes", "auto"
+// Reads the names, and true/1/on (or an empty value: a bare --resume) as yes, false/0/off as
+// no. Throws "resume: expected no, yes or auto (or true/false), found 'NAME'".
+Resume parse_resume(const std::string& name);
 
 struct TrainConfig {
   // --- model
@@ -34,9 +53,9 @@ struct TrainConfig {
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
   Precision precision = Precision::fp32;
-  std::string device = "cpu";     // cpu | cuda | cuda:K
-  std::string recompute = "none"; // none | gelu | layer (model/config.h's Recompute)
-  std::string attention = "materialized";  // materialized | flash (model/config.h's Attention)
+  DeviceSpec device;              // cpu | cuda (rank r: GPU LOCAL_RANK mod the visible ones) | cuda:K | sim[:K] (tests)
+  Recompute recompute = Recompute::none;          // what backward recomputes (model/config.h)
+  Attention attention = Attention::materialized;  // what attention keeps for backward (model/config.h)
   int threads = 0;                // OpenMP threads per rank; 0 = the launcher's / OMP_NUM_THREADS
 
   // --- data
@@ -53,8 +72,8 @@ struct TrainConfig {
   double lr = 6e-4;               // peak learning rate
   int warmup = 0;                 // linear warmup steps
   double lr_floor = 0.0;          // cosine decay ends at lr * lr_floor
-  double weight_decay = 0.1;      // AdamW decoupled weight decay (matrices and embeddings)
-  double grad_clip = 1.0;         // clip the global grad norm to this; 0 disables
+  double weight_decay = StrategyOptions{}.adamw.weight_decay;  // AdamW decoupled weight decay (matrices and embeddings)
+  double grad_clip = StrategyOptions{}.grad_clip;  // clip the global grad norm to this; 0 disables
   uint64_t seed = 1337;           // model init, data order and sampling
   bool skip_nonfinite = false;    // skip a step whose loss is NaN/inf instead of stopping
   int max_consecutive_skips = 10; // steps skipped in a row before the run stops (skip_nonfinite; the one
@@ -71,8 +90,9 @@ struct TrainConfig {
   std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
   std::string transport = "auto"; // auto | shm | tcp
-  std::string comm = "ring";      // ring | mpi (the MPI library, under mpirun) | nccl (GPU ranks)
-  double comm_timeout = 300.0;    // seconds any collective may wait for a peer
+  std::string comm = "ring";      // one of comm/'s kCommBackends: ring (CPU or GPU ranks) | mpi (under mpirun;
+                                  // host buffers only) | nccl (GPU ranks)
+  double comm_timeout = CommOptions{}.timeout_s;  // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
   std::string flight_dir;         // flight records (comm/debug/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
   int flight_entries = static_cast<int>(kFlightEntriesDefault);  // collectives each rank's flight recorder keeps; 0 = off
@@ -86,10 +106,9 @@ struct TrainConfig {
   std::string save_dir;           // where step_NNNNNNNN/ checkpoint directories go; empty = none
   int save_every = 0;             // checkpoint every k steps (and at the end); 0 = only at the end
   int keep = 0;                   // keep the newest N complete checkpoints; 0 = keep all
-  std::string resume = "no";      // no | yes: the newest complete checkpoint in save_dir (an error
-                                  // if it is damaged) | auto: the newest intact one, or a fresh start
+  Resume resume = Resume::no;     // start from a checkpoint in save_dir (Resume above)
   bool overwrite = false;         // a fresh run may delete the checkpoints already in save_dir
-  bool resuming() const { return resume != "no"; }
+  bool resuming() const { return resume != Resume::no; }
 
   // --- evaluation, sampling, reporting
   int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never
@@ -102,8 +121,13 @@ struct TrainConfig {
   std::string trace;              // Chrome trace-event JSON timeline of --trace-steps (rank 0 writes it); empty = none
   std::string trace_steps = "2:4"; // A:B, the 1-based steps the trace covers
 
-  // Not a key: the TOML file the settings came from (an input the outputs must not replace).
+  // Not keys: the TOML file the settings came from (an input the outputs must not replace),
+  // and where each key's value came from (a key absent here holds its default). The idle-key
+  // rule of validate_config reads the origins: a key the TOML file set is not idle when a
+  // flag turned its feature off (configs/tiny.toml's sample_tokens under --sample-every 0).
   std::string config_path;
+  enum class Origin : int { toml, flag };
+  std::map<std::string, Origin> origins;  // key (TOML spelling) -> the step that last set it
 };
 
 // One configuration key: its name (TOML spelling), kind, allowed values and help line.
@@ -118,13 +142,17 @@ const std::vector<ConfigKey>& config_keys();
 // Sets one key from its text form (a flag's value) and checks it against the key's allowed
 // values. Throws "key: expected ..., found ..." naming the key and the value.
 void set_config_value(TrainConfig& cfg, const std::string& key, const std::string& value);
-// Current value of a key as text, in the form set_config_value reads (tests round-trip it).
+// Current value of a key as text, in the form set_config_value reads: its inverse, which the
+// tests use to round-trip every key (the printed table shows floats shorter, empty as "-").
 std::string get_config_value(const TrainConfig& cfg, const std::string& key);
 
-// Applies a TOML file. Throws "FILE:LINE: key: ..." for unknown keys and bad values.
+// Applies a TOML file, recording each key it sets as Origin::toml. Throws "FILE:LINE: key: ..."
+// for unknown keys and bad values.
 void load_config_toml(TrainConfig& cfg, const std::string& path);
 
-// Checks the resolved values against each other. Throws naming the key.
+// Checks the resolved values against each other. Throws naming the key. A key set away from
+// its default that changes nothing (eval_every without val_data) is an error too, unless the
+// TOML file set it and a flag set the key that turns its feature off.
 void validate_config(const TrainConfig& cfg);
 
 // The resolved configuration as a two-column table (rank 0 prints it at start).
@@ -136,8 +164,16 @@ std::string format_config_table(const TrainConfig& cfg);
 // config_shape.cpp, so config.cpp needs nothing from data/.
 GPT2Config config_model_shape(const TrainConfig& tc);
 
-// Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"). Returns
-// false when --help was printed. Unknown flags and bad values throw.
+// Adds the settings table's rows `keys` (TOML spelling: "layers", "precision", "device", ...)
+// to another subcommand's flags, as `ringzero train` has them (--layers, --precision, ...):
+// the same help, allowed values and checks, cfg's values shown as the defaults. Each flag
+// given sets cfg while app parses, through set_config_value; a bad value throws
+// "--key: expected ..., found ...". A key the table lacks throws at once.
+void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys);
+
+// Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"), recording the
+// keys its flags set as Origin::flag. Returns false when --help was printed. Unknown flags
+// and bad values throw.
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg);
 
 }  // namespace rz

@@ -158,7 +158,7 @@ void Trainer::setup() {
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && cfg_.threads == 0)
     check_thread_count(std::atoll(omp), "OMP_NUM_THREADS (or set --threads)");
   precision_ = cfg_.precision;
-  device_ = parse_device(cfg_.device);
+  device_ = cfg_.device.device();
   RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != "mpi",
            "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
            "host, over its cuda transport) or --comm nccl",
@@ -169,7 +169,7 @@ void Trainer::setup() {
   // memory is device memory that host code cannot touch, its communicators nccl's and the
   // cuda transport's own code over simulated calls.
   const bool sim_device = device_.kind == DeviceKind::sim;
-  if (!device_.is_cpu() && world_ > 1 && cfg_.device.find(':') == std::string::npos) {
+  if (!device_.is_cpu() && world_ > 1 && !cfg_.device.has_index()) {
     // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
     // visible GPUs, the one its communicator picks.
     CommOptions probe;
@@ -247,8 +247,8 @@ void Trainer::setup() {
   }
   comm_ = connect_communicator(env_, copts);
 
-  ModelOptions mopts{precision_, parse_recompute(cfg_.recompute), device_};
-  mopts.attention = parse_attention(cfg_.attention);
+  ModelOptions mopts{precision_, cfg_.recompute, device_};
+  mopts.attention = cfg_.attention;
   // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
   // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).
   // Host parameters only: on GPU ranks the cuda transport's host channel reads shared
@@ -350,7 +350,7 @@ void Trainer::resume() {
     }
   }
   std::string notes;
-  LoadedCheckpoint ck = load_resume_checkpoint(cfg_.save_dir, total, cfg_.resume == "auto", &notes);
+  LoadedCheckpoint ck = load_resume_checkpoint(cfg_.save_dir, total, cfg_.resume == Resume::automatic, &notes);
   if (rank0() && !notes.empty()) std::printf("%s", notes.c_str());
   if (ck.dir.empty()) {
     if (rank0()) std::printf("resume auto: no checkpoint in %s yet; starting from step 0\n", cfg_.save_dir.c_str());
