@@ -122,10 +122,7 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
     const int divide_by = last_hop && op == ReduceOp::avg ? N : 0;
     observe(ctx, CollectiveKind::reduce_scatter, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
     exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
-      if (ctx.elements != nullptr)
-        ctx.elements->reduce(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
-      else
-        reduce_elements(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
+      ctx.elements->reduce(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
     });
     observe(ctx, CollectiveKind::reduce_scatter, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
@@ -151,7 +148,7 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt);
   RingChannel& ch = *ctx.channel;
-  const bool direct = allow_direct && ctx.elements == nullptr && ch.direct_reads();  // host buffers only
+  const bool direct = allow_direct && ctx.elements->on_host() && ch.direct_reads();  // host buffers only
   const size_t seg = segment_elems(ctx, esz);
   bool sent_direct = false;
   for (int k = 1; k <= N - 1; ++k) {
@@ -195,10 +192,7 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
       } else if (m < nrecv) {
         const size_t s = recv_first ? m - 1 : m, first = s * seg, n = std::min(seg, rc.count - first);
         ch.recv(n * esz, MsgTag::data,
-                [&](const void* incoming) {
-                  if (ctx.elements != nullptr) ctx.elements->copy(recv_dst + first * esz, incoming, n * esz);
-                  else std::memcpy(recv_dst + first * esz, incoming, n * esz);
-                });
+                [&](const void* incoming) { ctx.elements->copy(recv_dst + first * esz, incoming, n * esz); });
         ctx.bytes_recv += n * esz;
       }
       if (k == 1 && m == 0 && send_first && !own_first) copy_own();
@@ -223,8 +217,7 @@ void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, Reduc
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt), bytes = count * esz;
   RingChannel& ch = *ctx.channel;
-  if (ctx.work->size() < N * bytes) ctx.work->allocate(MemTag::comm, N * bytes);
-  char* inputs = reinterpret_cast<char*>(ctx.work->data());  // rank q's input at q * bytes
+  char* inputs = static_cast<char*>(ctx.elements->scratch(N * bytes));  // rank q's input at q * bytes (host)
   std::memcpy(inputs + r * bytes, buf, bytes);
   for (int k = 1; k <= N - 1; ++k) {
     if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::all_reduce, k), std::memory_order_relaxed);
@@ -280,21 +273,14 @@ size_t ring_scratch_bytes(size_t count, int nranks, size_t elem_bytes) {
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
   const size_t esz = dtype_size(dtype);
   if (ctx.nranks == 1) {
-    if (count > 0 && in != out && ctx.elements != nullptr) ctx.elements->copy(out, in, count * esz);
-    else if (count > 0 && in != out) std::memmove(out, in, count * esz);
+    if (count > 0 && in != out) ctx.elements->copy(out, in, count * esz);
     return;
   }
   // Partial sums of chunks this rank only passes on live in one chunk-sized work buffer:
   // the round that receives chunk c into it is followed by the round that sends it, and
   // each segment is sent before the next receive overwrites it.
   const size_t work_bytes = ring_scratch_bytes(count, ctx.nranks, esz);
-  char* work = nullptr;
-  if (ctx.elements != nullptr) {
-    work = static_cast<char*>(ctx.elements->scratch(work_bytes));
-  } else {
-    if (ctx.work->size() < work_bytes) ctx.work->allocate(MemTag::comm, work_bytes);
-    work = reinterpret_cast<char*>(ctx.work->data());
-  }
+  char* work = static_cast<char*>(ctx.elements->scratch(work_bytes));
   reduce_scatter_phase(ctx, static_cast<const char*>(in), static_cast<char*>(out), count, dtype, op,
                        [work](int) { return work; });
 }
@@ -310,7 +296,7 @@ void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, Red
   const size_t esz = dtype_size(dtype);
   char* b = static_cast<char*>(buf);
   const int N = ctx.nranks;
-  if (ctx.elements == nullptr &&  // host buffers only
+  if (ctx.elements->on_host() &&
       small_all_reduce_applies(count * esz, N, ctx.segment_bytes, ctx.channel->max_message_bytes(),
                                ctx.observer != nullptr)) {
     small_all_reduce(ctx, b, count, dtype, op);
@@ -338,13 +324,12 @@ void ring_all_gather(RingContext& ctx, const void* shard, void* out, size_t coun
     SharedRegionRef ref;
     return find_shared_region(p, mine.count * esz, &ref);
   };
-  if (!in_place && ctx.nranks > 1 && ctx.elements == nullptr && ctx.channel->direct_reads() &&
+  if (!in_place && ctx.nranks > 1 && ctx.elements->on_host() && ctx.channel->direct_reads() &&
       (!ctx.channel->reads_shared_memory() || registered(own) || !registered(own_in_out))) {
     all_gather_phase(ctx, o, count, dtype, true, own);
     return;
   }
-  if (!in_place && ctx.elements != nullptr) ctx.elements->copy(own_in_out, shard, mine.count * esz);
-  else if (!in_place) std::memmove(own_in_out, shard, mine.count * esz);
+  if (!in_place) ctx.elements->copy(own_in_out, shard, mine.count * esz);
   if (ctx.nranks == 1) return;
   all_gather_phase(ctx, o, count, dtype, true);
 }
@@ -363,10 +348,7 @@ void ring_broadcast(RingContext& ctx, void* buf, size_t count, DType dtype, int 
     size_t n = std::min(seg, count - s * seg);
     char* p = b + s * seg * esz;
     if (r != root) {
-      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) {
-        if (ctx.elements != nullptr) ctx.elements->copy(p, incoming, n * esz);
-        else std::memcpy(p, incoming, n * esz);
-      });
+      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { ctx.elements->copy(p, incoming, n * esz); });
       ctx.bytes_recv += n * esz;
     }
     if (r == root || forwards) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "base/memory.h"
@@ -40,10 +41,10 @@ class RingObserver {
 };
 
 
-// How the ring touches element data in the rank's buffers. Null in RingContext: host
-// code (memcpy, reduce_elements, ctx.work). The cuda transport (comm/transport/device_ring.h) passes
-// one that enqueues copies and a reduce kernel on its comm stream: the reduction is an
-// argument of the algorithm (gloo), the schedule does not change.
+// How the ring touches element data in the rank's buffers: HostElements for host memory
+// (memmove, reduce_elements, a Buffer), and the cuda transport's (comm/transport/device_ring.h)
+// for device memory, which enqueues copies and a reduce kernel on its comm stream: the
+// reduction is an argument of the algorithm (gloo), the schedule does not change.
 class RingElements {
  public:
   virtual ~RingElements() = default;
@@ -52,16 +53,40 @@ class RingElements {
   virtual void reduce(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by) = 0;
   // ReduceScatter's partial-sum chunk: at least bytes, grow-only, owned by the elements.
   virtual void* scratch(size_t bytes) = 0;
+  // Host memory: what the host-only shortcuts need (direct reads of a neighbour's buffer, the
+  // small AllReduce), which read and reduce the buffers on the CPU.
+  virtual bool on_host() const { return false; }
+};
+
+// dst[i] = a[i] + b[i] in fp32 arithmetic (bf16 rounded once, RNE); when divide_by > 0
+// the sum is divided by it in fp32 before rounding. dst may alias a or b.
+void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by);
+
+// The elements of host buffers; scratch is *work, grown on demand (MemTag::comm).
+class HostElements final : public RingElements {
+ public:
+  explicit HostElements(Buffer<unsigned char>* work) : work_(work) {}
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void reduce(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by) override {
+    reduce_elements(dtype, dst, a, b, n, divide_by);
+  }
+  void* scratch(size_t bytes) override {
+    if (work_->size() < bytes) work_->allocate(MemTag::comm, bytes);
+    return work_->data();
+  }
+  bool on_host() const override { return true; }
+
+ private:
+  Buffer<unsigned char>* work_;
 };
 
 struct RingContext {
   RingChannel* channel = nullptr;  // null only when nranks == 1
-  RingElements* elements = nullptr;  // null: buffers are host memory
+  RingElements* elements = nullptr;  // never null when a collective runs: HostElements for host buffers
   int rank = 0;
   int nranks = 1;
   size_t segment_bytes = 1u << 20;
   RingObserver* observer = nullptr;
-  Buffer<unsigned char>* work = nullptr;      // ReduceScatter's partial-sum chunk; grown on demand
   std::atomic<int32_t>* progress = nullptr;   // the flight recorder's word: phase and round reached
   uint64_t bytes_sent = 0;  // payload bytes of the current collective
   uint64_t bytes_recv = 0;
@@ -84,9 +109,9 @@ constexpr size_t kSmallAllReduceBytes = 4096;
 bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
                               bool observed);
 
-// The work buffer ring_reduce_scatter keeps partial sums in (RingContext::work, or
-// RingElements::scratch): one chunk, the largest (rank 0's), of a count of elements of
-// elem_bytes each on nranks ranks; none on one rank. AllReduce and AllGather work in place.
+// The work buffer ring_reduce_scatter keeps partial sums in (RingElements::scratch): one
+// chunk, the largest (rank 0's), of a count of elements of elem_bytes each on nranks ranks;
+// none on one rank. AllReduce and AllGather work in place.
 // train/memory_plan.cpp predicts a run's comm memory with it.
 size_t ring_scratch_bytes(size_t count, int nranks, size_t elem_bytes);
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
@@ -97,9 +122,5 @@ void ring_barrier(RingContext& ctx);
 // Sends this rank's fingerprint right, receives the left one and throws FingerprintError
 // (comm/debug/fingerprint.h) naming both on the first difference.
 void ring_check_fingerprint(RingContext& ctx, const Fingerprint& fp);
-
-// dst[i] = a[i] + b[i] in fp32 arithmetic (bf16 rounded once, RNE); when divide_by > 0
-// the sum is divided by it in fp32 before rounding. dst may alias a or b.
-void reduce_elements(DType dtype, void* dst, const void* a, const void* b, size_t n, int divide_by);
 
 }  // namespace rz

@@ -82,8 +82,8 @@ void RingCommunicator::execute(CollectiveKind kind, uint64_t seq, Fingerprint fp
   ctx.nranks = nranks_;
   ctx.segment_bytes = opts_.segment_bytes;
   ctx.observer = observer_;
-  ctx.work = &work_;
-  ctx.elements = on_device ? device_.get() : nullptr;
+  HostElements host(&work_);
+  ctx.elements = on_device ? static_cast<RingElements*>(device_.get()) : &host;
   const auto t0 = Clock::now();
   flight_.start(seq, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
   ctx.progress = flight_.progress_word(seq);
