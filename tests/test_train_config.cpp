@@ -252,7 +252,7 @@ TEST_CASE("a key that would do nothing is an error naming what it needs") {
   CHECK(idle([](TrainConfig& c) { c.max_consecutive_skips = 3; }).find("max_consecutive_skips: does nothing") == 0);
   CHECK(idle([](TrainConfig& c) { c.max_consecutive_skips = 3; c.skip_nonfinite = true; }).empty());
   CHECK(idle([](TrainConfig& c) { c.gpt2_dir = "gpt2"; }).find("gpt2_dir: does nothing without tokenizer = gpt2") == 0);
-  CHECK(idle([](TrainConfig& c) { c.transport = "tcp"; c.comm = "mpi"; }).find("transport: does nothing") == 0);
+  CHECK(idle([](TrainConfig& c) { c.transport = CommTransport::tcp; c.comm = CommBackend::mpi; }).find("transport: does nothing") == 0);
   CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; }).find("buckets_in_flight: does nothing") == 0);
   CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; c.strategy = StrategyKind::zero2; }).empty());
   CHECK(idle([](TrainConfig& c) { c.grad_shard_fp32 = true; c.strategy = StrategyKind::zero2; })

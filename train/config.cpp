@@ -44,7 +44,8 @@ namespace {
 using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
                            Precision TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
-                           Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*>;
+                           Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*,
+                           CommBackend TrainConfig::*, CommTransport TrainConfig::*>;
 
 // The keys held as a module's own type, each read and written by that module's one
 // parse/name pair (which also names the allowed values in its errors).
@@ -86,6 +87,29 @@ struct Named<Resume> {
   static std::string name(Resume v) { return resume_name(v); }
   static std::string allowed() { return "no, yes or auto (or true/false)"; }
 };
+template <>
+struct Named<CommBackend> {
+  static CommBackend parse(const std::string& s) {
+    RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), s) != std::end(kCommBackends),
+             "expected %s, found '%s'", allowed().c_str(), s.c_str());
+    return parse_comm_backend(s);
+  }
+  static std::string name(CommBackend v) { return comm_backend_name(v); }
+  static std::string allowed() { return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends))); }
+};
+// Only the transports between processes: `thread` is for ranks that are threads of one process.
+template <>
+struct Named<CommTransport> {
+  static CommTransport parse(const std::string& s) {
+    RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), s) != std::end(kProcessTransports),
+             "expected %s, found '%s'", allowed().c_str(), s.c_str());
+    return parse_comm_transport(s);
+  }
+  static std::string name(CommTransport v) { return comm_transport_name(v); }
+  static std::string allowed() {
+    return or_list(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports)));
+  }
+};
 template <typename T>
 constexpr bool is_named_v = requires(const std::string& s) { Named<T>::parse(s); };
 
@@ -97,8 +121,6 @@ enum class Allowed {
   non_negative,  // >= 0
   fraction,      // in [0, 1]
   port,          // 0..65535
-  transport,     // comm/'s transports between processes
-  comm,          // comm/'s collective backends
   bucket_mb,     // zero/'s check of a bucket size
   threads,       // 0, or 1 .. base/checked.h's max_threads()
   reduce_dtype,  // auto, bf16 or fp32 (--grad-reduce-dtype)
@@ -151,8 +173,8 @@ const Setting kSettings[] = {
   {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
   {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
   {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
-  {"comm", &TrainConfig::comm, Allowed::comm, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; never run on a GPU yet)"},
-  {"transport", &TrainConfig::transport, Allowed::transport, "how ranks on different processes talk (auto: shm when all share a host)"},
+  {"comm", &TrainConfig::comm, Allowed::any, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; never run on a GPU yet)"},
+  {"transport", &TrainConfig::transport, Allowed::any, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
   {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)"},
   {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else a temp dir)"},
@@ -231,10 +253,6 @@ const char* kind_of(const Field& f) {
       f);
 }
 
-std::string process_transport_names() {
-  return or_list(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports)));
-}
-
 // The allowed values of a key in words, for --help and config_keys().
 std::string allowed_text(const Setting& k) {
   const std::string named = std::visit(
@@ -251,8 +269,6 @@ std::string allowed_text(const Setting& k) {
     case Allowed::non_negative: return ">= 0";
     case Allowed::fraction: return "0 to 1";
     case Allowed::port: return "0..65535";
-    case Allowed::transport: return process_transport_names();
-    case Allowed::comm: return or_list(std::vector<std::string>(std::begin(kCommBackends), std::end(kCommBackends)));
     case Allowed::bucket_mb: return "> 0";
     case Allowed::threads: return strfmt("0 or 1..%d", max_threads());
     case Allowed::reduce_dtype: return "auto, bf16 or fp32";
@@ -293,13 +309,6 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
           if (k.allowed == Allowed::reduce_dtype)
             RZ_CHECK(v == "auto" || v == "bf16" || v == "fp32", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());
-          if (k.allowed == Allowed::comm)
-            RZ_CHECK(std::find(std::begin(kCommBackends), std::end(kCommBackends), v) != std::end(kCommBackends),
-                     "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
-          if (k.allowed == Allowed::transport)
-            RZ_CHECK(std::find(std::begin(kProcessTransports), std::end(kProcessTransports), v) !=
-                         std::end(kProcessTransports),
-                     "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
         }
       },
       k.field);
@@ -650,7 +659,7 @@ void check_no_idle_keys(const TrainConfig& c) {
        {"spike_zscore"});
   idle(!c.gpt2_dir.empty(), c.tokenizer == "gpt2", "gpt2_dir", "tokenizer = gpt2 (only the GPT-2 tokenizer reads it)",
        {"tokenizer"});
-  idle(c.transport != d.transport, c.comm == "ring", "transport", "comm = ring (mpi and nccl bring their own)",
+  idle(c.transport != d.transport, c.comm == CommBackend::ring, "transport", "comm = ring (mpi and nccl bring their own)",
        {"comm"});
   const bool staged = strategy_traits(c.strategy).shards_grads;  // gradients staged bucket by bucket
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",

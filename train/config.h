@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/device_spec.h"
-#include "comm/factory.h"
+#include "comm/options.h"
 #include "model/config.h"
 #include "zero/strategy_options.h"
 
@@ -89,9 +89,8 @@ struct TrainConfig {
   int node_rank = 0;              // this node's index
   std::string master_addr = "127.0.0.1";  // rendezvous host (rank 0's node)
   int master_port = 0;            // rendezvous port; 0 = pick a free one (single node)
-  std::string transport = "auto"; // auto | shm | tcp
-  std::string comm = "ring";      // one of comm/'s kCommBackends: ring (CPU or GPU ranks) | mpi (under mpirun;
-                                  // host buffers only) | nccl (GPU ranks)
+  CommTransport transport = CommOptions{}.transport;  // auto | shm | tcp (between processes)
+  CommBackend comm = CommOptions{}.backend;  // ring (CPU or GPU ranks) | mpi (under mpirun; host buffers only) | nccl (GPU ranks)
   double comm_timeout = CommOptions{}.timeout_s;  // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
   std::string flight_dir;         // flight records (comm/debug/flight_recorder.h); empty: <save_dir>/flight, else a temp dir

@@ -159,7 +159,7 @@ void Trainer::setup() {
     check_thread_count(std::atoll(omp), "OMP_NUM_THREADS (or set --threads)");
   precision_ = cfg_.precision;
   device_ = cfg_.device.device();
-  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != "mpi",
+  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != CommBackend::mpi,
            "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
            "host, over its cuda transport) or --comm nccl",
            device_name(device_).c_str(), world_);
@@ -173,9 +173,9 @@ void Trainer::setup() {
     // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
     // visible GPUs, the one its communicator picks.
     CommOptions probe;
-    probe.backend = parse_comm_backend(cfg_.comm);
+    probe.backend = cfg_.comm;
     probe.sim_device = sim_device;
-    device_.index = cfg_.comm == "nccl" ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
+    device_.index = cfg_.comm == CommBackend::nccl ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
   RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
@@ -229,8 +229,8 @@ void Trainer::setup() {
   if (!cfg_.save_dir.empty()) check_save_dir();
 
   CommOptions copts;
-  copts.backend = parse_comm_backend(cfg_.comm);
-  copts.transport = parse_comm_transport(cfg_.transport);
+  copts.backend = cfg_.comm;
+  copts.transport = cfg_.transport;
   copts.timeout_s = cfg_.comm_timeout;
   copts.debug = cfg_.comm_debug;
   copts.flight_dir = resolve_flight_dir(cfg_);
