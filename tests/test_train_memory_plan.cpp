@@ -1,7 +1,8 @@
 // The memory planner (train/memory_plan.h) against the tracker's measured peak per rank of
 // a real training step: `ringzero train --memory-report` on small shapes, strategies,
 // precisions and recompute modes, each within 10% of plan_memory().peak(). Also
-// `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors.
+// `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors, and
+// the byte-size grammar memory and comm-bench share (train/cli_number.h).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include "base/check.h"
 #include "model/config.h"
 #include "run_ringzero.h"
+#include "train/cli_number.h"
 #include "train/memory_plan.h"
 
 using namespace rz;
@@ -165,4 +167,29 @@ TEST_CASE("ringzero memory plans with --recompute and answers --budget per strat
   CHECK(parse_byte_size("80GB", "x") == 80e9);
   CHECK(parse_byte_size("24 GiB", "x") == 24.0 * (1 << 30));
   CHECK(parse_byte_size("1.5e9", "x") == 1.5e9);
+}
+
+TEST_CASE("a byte size means the same bytes to memory --budget and comm-bench --max-bytes") {
+  // K, M, G are binary like KiB, MiB, GiB; KB, MB, GB decimal; any case, spaces allowed.
+  CHECK(parse_byte_size("64M", "x") == 64.0 * (1 << 20));
+  CHECK(parse_byte_size("64 mib", "x") == 64.0 * (1 << 20));
+  CHECK(parse_byte_size("64MB", "x") == 64e6);
+  CHECK(parse_byte_size("2k", "x") == 2048);
+  CHECK(parse_byte_size("2 KB", "x") == 2000);
+  CHECK(parse_byte_size("1G", "x") == double(1 << 30));
+  CHECK(parse_byte_size("0", "x") == 0);
+  for (const char* bad : {"", "M", "-1K", "4Q", "1e400", "inf", "nan", "4 KX"})
+    CHECK_THROWS_WITH(parse_byte_size(bad, "--flag"), Catch::StartsWith("--flag: expected a size such as 80GB"));
+  for (const char* size : {"4K", "4KiB", "4kb", "4000", "1M", "1MB", "1 MiB"}) {
+    const auto bench = run_ringzero(std::string("comm-bench --transport thread --nproc 2 --iters 1 --warmup 0 --json "
+                                                "--min-bytes '") + size + "' --max-bytes '" + size + "'");
+    INFO(size << ": " << bench.output);
+    REQUIRE(bench.status == 0);
+    const double bench_bytes = nlohmann::json::parse(bench.output)["bytes"].get<double>();
+    const auto memory = run_ringzero(std::string("memory --model tiny --nranks 1 --json --budget '") + size + "'");
+    INFO(memory.output);
+    REQUIRE(memory.status == 0);
+    CHECK(nlohmann::json::parse(memory.output)["budget_bytes"].get<double>() == bench_bytes);
+    CHECK(parse_byte_size(size, "x") == bench_bytes);
+  }
 }

@@ -142,7 +142,7 @@ int run_memory(int argc, char** argv) {
   app.add_option("--attention", a.attention,
                  "what attention keeps: materialized ((T, T) per head and layer) or flash (one float per row)")
       ->check(CLI::IsMember(attention_names()))->capture_default_str();
-  app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB or 24GiB: print the largest micro-batch that fits");
+  app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB (1e9 bytes) or 24GiB / 24G (2^30 bytes): print the largest micro-batch that fits");
   app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   add_number(app, "--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
@@ -233,6 +233,7 @@ int run_memory(int argc, char** argv) {
   if (!a.budget.empty()) {
     RZ_CHECK(shape, "--budget: needs a model shape (--model or --layers/...), not a bare --params count");
     const double budget = parse_byte_size(a.budget, "--budget");
+    RZ_CHECK(budget > 0, "--budget: expected a size above 0 bytes, such as 80GB, found '%s'", a.budget.c_str());
     const std::vector<Recompute> modes = a.recompute == "none" && !app.count("--recompute")
                                              ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
                                              : recomputes;
