@@ -27,6 +27,7 @@
 #include "model/layout.h"
 #include "train/cli_number.h"
 #include "train/command.h"
+#include "train/config.h"
 #include "train/memory_plan.h"
 #include "zero/buckets.h"
 #include "zero/memory_formula.h"
@@ -41,7 +42,7 @@ struct MemoryArgs {
   int batch = 1;
   double params = 0.0;
   std::vector<int> nranks;
-  std::string precision = "bf16";
+  std::string precision = precision_name(TrainConfig{}.precision);  // train's default
   std::string strategy = "all";
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
@@ -127,7 +128,7 @@ int run_memory(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
-  app.add_option("--precision", a.precision, "bf16 (mixed precision) or fp32")
+  app.add_option("--precision", a.precision, "fp32 or bf16 (mixed precision); the default is train's")
       ->check(CLI::IsMember(precision_names()))->capture_default_str();
   app.add_option("--strategy", a.strategy, "a strategy or all")
       ->check(CLI::IsMember(strategy_choices))->capture_default_str();
