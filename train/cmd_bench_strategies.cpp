@@ -93,7 +93,7 @@ GPT2Config bench_shape(const BenchArgs& a) {
   } else {
     cfg = model_preset(a.model);
   }
-  if (a.vocab > 0) cfg.vocab_size = a.vocab;
+  cfg = override_shape(cfg, {.vocab = a.vocab});
   finalize_config(cfg);
   return cfg;
 }

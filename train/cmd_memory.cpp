@@ -189,13 +189,10 @@ int run_memory(int argc, char** argv) {
   int T = 0;
   RZ_CHECK(a.max_seq == 0 || a.seq <= a.max_seq, "--seq: T=%d exceeds --max-seq %d", a.seq, a.max_seq);
   if (shape) {
-    cfg = model_preset(a.model.empty() ? "d12" : a.model);
-    if (a.layers) cfg.num_layers = a.layers;
-    if (a.channels) cfg.channels = a.channels;
-    if (a.heads) cfg.num_heads = a.heads;
-    if (a.vocab) cfg.vocab_size = a.vocab;
-    if (a.seq) cfg.max_seq_len = a.seq;
-    if (a.max_seq) cfg.max_seq_len = a.max_seq;
+    // maxT: --max-seq, else --seq (the rows of wpe the activations need).
+    cfg = override_shape(model_preset(a.model.empty() ? "d12" : a.model),
+                         {.layers = a.layers, .channels = a.channels, .heads = a.heads, .vocab = a.vocab,
+                          .max_seq = a.max_seq ? a.max_seq : a.seq});
     finalize_config(cfg);
     layout = build_param_layout(cfg);
     P = static_cast<double>(layout.total);
