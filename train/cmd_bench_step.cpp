@@ -248,7 +248,7 @@ int run_bench_step(int argc, char** argv) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
     for (Precision prec : precisions) {
-      ModelOptions mo{prec, false, device};
+      ModelOptions mo{prec, Recompute::none, device};
       mo.attention = parse_attention(attention_s);
       GPT2 model(cfg, mo);
       model.init_random(1);
