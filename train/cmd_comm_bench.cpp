@@ -12,7 +12,7 @@
 // checked result downloaded outside the timed loop), and the run first measures this GPU's
 // device-to-device copy bandwidth; each row then adds the bound: the bytes this GPU's ranks
 // move (bytes sent per rank x ranks on the GPU) over that bandwidth, and time's % of it.
-// The GPU path has never run on a GPU (docs/gpu-comm.md).
+// The GPU path's status is RZ_GPU_STATUS (kernels/backend.h), as --help says; docs/gpu-comm.md.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -280,13 +280,13 @@ int run_comm_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
   app.add_option("--comm", a.comm,
                  "ring (ringzero's collectives), mpi (the MPI library; start with mpirun -np N) or nccl (GPU "
-                 "buffers, needs --device cuda; never run on a GPU yet)")
+                 "buffers, needs --device cuda; " RZ_GPU_STATUS ")")
       ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
   app.add_option("--device", a.device,
                  "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
                  "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
-                 "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never "
-                 "run on a GPU yet); sim: the same on the simulated device, for tests)")
+                 "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; "
+                 RZ_GPU_STATUS "); sim: the same on the simulated device, for tests)")
       ->capture_default_str();
   app.add_option("--min-bytes", a.min_bytes, "smallest size (K, M, G or KiB, MiB, GiB: binary; KB, MB, GB: decimal)")->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes, "largest size (K, M, G or KiB, MiB, GiB: binary; KB, MB, GB: decimal)")->capture_default_str();
