@@ -333,26 +333,16 @@ void check_prepared_dir(const std::string& dir) {
   }
 }
 
-PrepareStats prepare_dataset(const PrepareOptions& opt) {
-  RZ_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction %g: expected 0 <= F < 1",
-           opt.val_fraction);
-  RZ_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= 0x7FFFFFFFu,
-           "--shard-tokens %llu: expected 1 .. 2147483647 (the shard header's count is an int32)",
-           static_cast<unsigned long long>(opt.shard_tokens));
-  RZ_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2", "--tokenizer %s: expected byte or gpt2",
-           opt.tokenizer.c_str());
-  RZ_CHECK(!opt.out_dir.empty(), "--out: an output directory is required");
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.gpt2_dir);
-  RZ_CHECK(tok->vocab_size() <= 65536, "--tokenizer %s: vocab %d does not fit the shards' uint16 ids",
-           opt.tokenizer.c_str(), tok->vocab_size());
+namespace {
 
-  PrepareStats stats;
-  stats.sources = expand_inputs(opt.inputs, opt.split_fortunes);
+// opt.out_dir, checked before anything is written: it holds no input and nothing prepare did
+// not write; a symbolic link is resolved to the directory it names; created if missing.
+std::string checked_out_dir(const PrepareOptions& opt, const std::vector<std::string>& sources) {
   {  // the swap below replaces out_dir whole: it must not hold, or lie inside, an input
     std::vector<RunPath> inputs;
     for (const std::string& in : opt.inputs)
       if (!has_glob_wildcard(in)) inputs.push_back({"the --input", in});
-    for (const std::string& f : stats.sources) inputs.push_back({"the --input file", f});
+    for (const std::string& f : sources) inputs.push_back({"the --input file", f});
     if (!opt.gpt2_dir.empty()) inputs.push_back({"the --gpt2-dir", opt.gpt2_dir});
     check_run_outputs({}, {{"--out", opt.out_dir}}, inputs);
   }
@@ -377,6 +367,99 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
                "--out %s: holds %s, which prepare did not write; choose an empty or new directory",
                opt.out_dir.c_str(), e.path().filename().c_str());
   }
+  return out_dir;
+}
+
+// One input file through docs: a document, or with split_fortunes one per fortune.
+void encode_file(const std::string& path, bool split_fortunes, DocumentEncoder& docs, PrepareStats& stats,
+                 Progress& progress, const SplitWriter& train, const SplitWriter& val) {
+  std::vector<char> buf(kChunkBytes);
+  std::string line;  // split_fortunes: the current, unfinished line
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  RZ_SYSCHECK(fd, "--input %s: cannot open", path.c_str());
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  // A fortune ends at a line that is exactly "%"; lines are fed to the document as they end.
+  auto on_line = [&](std::string_view l) {
+    if (l == "%\n" || l == "%" || l == "%\r\n") docs.end();
+    else docs.feed(l.data(), l.size());
+  };
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    RZ_SYSCHECK(n, "--input %s: read failed", path.c_str());
+    if (n == 0) break;
+    stats.bytes += static_cast<uint64_t>(n);
+    if (!split_fortunes) {
+      docs.feed(buf.data(), static_cast<size_t>(n));
+    } else {
+      std::string_view chunk(buf.data(), static_cast<size_t>(n));
+      size_t start = 0;
+      for (size_t nl; (nl = chunk.find('\n', start)) != std::string_view::npos; start = nl + 1) {
+        if (line.empty()) {
+          on_line(chunk.substr(start, nl + 1 - start));
+        } else {
+          line.append(chunk.substr(start, nl + 1 - start));
+          on_line(line);
+          line.clear();
+        }
+      }
+      line.append(chunk.substr(start));
+      if (line.size() > kChunkBytes) {  // a very long line: pass it on, it cannot be "%"
+        docs.feed(line.data(), line.size());
+        line.clear();
+      }
+    }
+    progress.update(stats.bytes, train.total() + val.total());
+  }
+  if (!line.empty()) on_line(line);
+  docs.end(!split_fortunes);
+}
+
+// stage/tokenizer.bin and stage/meta.json: what the shards were made from and hold.
+void write_tokenizer_and_meta(const std::string& stage, const Tokenizer& tok, const PrepareOptions& opt,
+                              const PrepareStats& stats) {
+  write_llmc_tokenizer(tok, stage + "/tokenizer.bin");
+  nlohmann::json meta = {
+      {"tokenizer", tok.name()},
+      {"vocab_size", tok.vocab_size()},
+      {"eot", tok.eot()},
+      {"train_tokens", stats.train_tokens},
+      {"val_tokens", stats.val_tokens},
+      {"train_shards", stats.train_shards},
+      {"val_shards", stats.val_shards},
+      {"documents", {{"train", stats.train_docs}, {"val", stats.val_docs}, {"empty_skipped", stats.empty_docs}}},
+      {"bytes", stats.bytes},
+      {"sources", stats.sources},
+      {"val_fraction", opt.val_fraction},
+      {"seed", opt.seed},
+      {"shard_tokens", opt.shard_tokens},
+      {"split_fortunes", opt.split_fortunes},
+      {"format", "llm.c token shards: 256 x int32 header (20240520, 1, count), uint16 tokens"},
+  };
+  write_file_atomic(stage + "/meta.json", meta.dump(2) + "\n");
+}
+
+}  // namespace
+
+PrepareStats prepare_dataset(const PrepareOptions& opt) {
+  RZ_CHECK(opt.val_fraction >= 0 && opt.val_fraction < 1, "--val-fraction %g: expected 0 <= F < 1",
+           opt.val_fraction);
+  RZ_CHECK(opt.shard_tokens >= 1 && opt.shard_tokens <= 0x7FFFFFFFu,
+           "--shard-tokens %llu: expected 1 .. 2147483647 (the shard header's count is an int32)",
+           static_cast<unsigned long long>(opt.shard_tokens));
+  RZ_CHECK(opt.tokenizer == "byte" || opt.tokenizer == "gpt2", "--tokenizer %s: expected byte or gpt2",
+           opt.tokenizer.c_str());
+  RZ_CHECK(!opt.out_dir.empty(), "--out: an output directory is required");
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer, opt.gpt2_dir);
+  RZ_CHECK(tok->vocab_size() <= 65536, "--tokenizer %s: vocab %d does not fit the shards' uint16 ids",
+           opt.tokenizer.c_str(), tok->vocab_size());
+
+  PrepareStats stats;
+  stats.sources = expand_inputs(opt.inputs, opt.split_fortunes);
+  const std::string out_dir = checked_out_dir(opt, stats.sources);
   remove_dead_staging(out_dir);
   const std::string stage = staging_prefix(out_dir) + std::to_string(::getpid());
   remove_tree(stage);
@@ -392,52 +475,8 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   SplitWriter train(stage, "train", opt.shard_tokens), val(stage, "val", opt.shard_tokens);
   DocumentEncoder docs(*tok, &train, &val, opt.val_fraction, opt.seed, &stats);
   Progress progress(opt.progress);
-  std::vector<char> buf(kChunkBytes);
-  std::string line;  // split_fortunes: the current, unfinished line
-  for (const std::string& path : stats.sources) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    RZ_SYSCHECK(fd, "--input %s: cannot open", path.c_str());
-    struct Closer {
-      int fd;
-      ~Closer() { ::close(fd); }
-    } closer{fd};
-    line.clear();
-    // A fortune ends at a line that is exactly "%"; lines are fed to the document as they end.
-    auto on_line = [&](std::string_view l) {
-      if (l == "%\n" || l == "%" || l == "%\r\n") docs.end();
-      else docs.feed(l.data(), l.size());
-    };
-    for (;;) {
-      ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      RZ_SYSCHECK(n, "--input %s: read failed", path.c_str());
-      if (n == 0) break;
-      stats.bytes += static_cast<uint64_t>(n);
-      if (!opt.split_fortunes) {
-        docs.feed(buf.data(), static_cast<size_t>(n));
-      } else {
-        std::string_view chunk(buf.data(), static_cast<size_t>(n));
-        size_t start = 0;
-        for (size_t nl; (nl = chunk.find('\n', start)) != std::string_view::npos; start = nl + 1) {
-          if (line.empty()) {
-            on_line(chunk.substr(start, nl + 1 - start));
-          } else {
-            line.append(chunk.substr(start, nl + 1 - start));
-            on_line(line);
-            line.clear();
-          }
-        }
-        line.append(chunk.substr(start));
-        if (line.size() > kChunkBytes) {  // a very long line: pass it on, it cannot be "%"
-          docs.feed(line.data(), line.size());
-          line.clear();
-        }
-      }
-      progress.update(stats.bytes, train.total() + val.total());
-    }
-    if (!line.empty()) on_line(line);
-    docs.end(!opt.split_fortunes);
-  }
+  for (const std::string& path : stats.sources)
+    encode_file(path, opt.split_fortunes, docs, stats, progress, train, val);
   train.finish();
   val.finish();
   stats.train_tokens = train.total();
@@ -446,25 +485,7 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   stats.val_shards = val.names();
   progress.update(stats.bytes, stats.train_tokens + stats.val_tokens, true);
 
-  write_llmc_tokenizer(*tok, stage + "/tokenizer.bin");
-  nlohmann::json meta = {
-      {"tokenizer", tok->name()},
-      {"vocab_size", tok->vocab_size()},
-      {"eot", tok->eot()},
-      {"train_tokens", stats.train_tokens},
-      {"val_tokens", stats.val_tokens},
-      {"train_shards", stats.train_shards},
-      {"val_shards", stats.val_shards},
-      {"documents", {{"train", stats.train_docs}, {"val", stats.val_docs}, {"empty_skipped", stats.empty_docs}}},
-      {"bytes", stats.bytes},
-      {"sources", stats.sources},
-      {"val_fraction", opt.val_fraction},
-      {"seed", opt.seed},
-      {"shard_tokens", opt.shard_tokens},
-      {"split_fortunes", opt.split_fortunes},
-      {"format", "llm.c token shards: 256 x int32 header (20240520, 1, count), uint16 tokens"},
-  };
-  write_file_atomic(stage + "/meta.json", meta.dump(2) + "\n");
+  write_tokenizer_and_meta(stage, *tok, opt, stats);
   // The swap: renameat2(RENAME_EXCHANGE) trades the two directories in one step; the old set
   // then sits in the staging path and is removed.
   if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out_dir.c_str(), RENAME_EXCHANGE) != 0 &&

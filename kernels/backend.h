@@ -36,6 +36,11 @@
 #include "base/trace.h"
 #include "kernels/cpu/adamw.h"  // AdamWStep: the step description every backend takes
 
+// What --help says of the GPU code's status (the CUDA backend, the ring's cuda transport,
+// nccl; docs/cuda.md, docs/gpu-comm.md), written once so that it changes in one place. A
+// macro, so that it joins the string literals of the settings table's help.
+#define RZ_GPU_STATUS "never run on a GPU yet"
+
 namespace rz {
 
 template <typename E>

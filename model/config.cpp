@@ -58,6 +58,15 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
+GPT2Config override_shape(GPT2Config base, const ShapeOverrides& o) {
+  if (o.layers > 0) base.num_layers = o.layers;
+  if (o.channels > 0) base.channels = o.channels;
+  if (o.heads > 0) base.num_heads = o.heads;
+  if (o.vocab > 0) base.vocab_size = o.vocab;
+  if (o.max_seq > 0) base.max_seq_len = o.max_seq;
+  return base;
+}
+
 void finalize_config(GPT2Config& cfg) {
   auto in_range = [](const char* field, long long v, long long hi) {
     RZ_CHECK(v >= 1 && v <= hi, "model config: %s must be in [1, %lld], found %lld", field, hi, v);

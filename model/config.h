@@ -25,6 +25,18 @@ struct GPT2Config {
 GPT2Config model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
+// "A preset plus overrides", as train's model keys and the subcommands' --layers, --channels,
+// ... give a shape: each field above 0 takes the place of the base shape's.
+struct ShapeOverrides {
+  int layers = 0;    // L
+  int channels = 0;  // C
+  int heads = 0;     // NH
+  int vocab = 0;     // V
+  int max_seq = 0;   // maxT
+};
+// `base` (a preset, or a config's shape) with o's fields above 0 in place; not finalized.
+GPT2Config override_shape(GPT2Config base, const ShapeOverrides& o);
+
 // Fills padded_vocab_size from vocab_size and checks the shape (C % NH == 0, sizes
 // positive and not absurd). Throws rz::Error naming the bad field.
 void finalize_config(GPT2Config& cfg);

@@ -34,12 +34,10 @@ struct ModelOptions {
   // such memory in place (zero1/zero2 over shm). Ignored on a GPU.
   bool shared_params = false;
 
-  // Constructors rather than an aggregate, so `ModelOptions{prec, false}` stays valid as
-  // fields are added (GCC's -Wmissing-field-initializers would reject it otherwise). The
-  // bool form is the older spelling: true means Recompute::gelu.
-  ModelOptions(Precision p = Precision::fp32, bool recompute_gelu = false, Device dev = {})
-      : precision(p), recompute(recompute_gelu ? Recompute::gelu : Recompute::none), device(dev) {}
-  ModelOptions(Precision p, Recompute r, Device dev = {}) : precision(p), recompute(r), device(dev) {}
+  // A constructor rather than an aggregate, so `ModelOptions{prec, Recompute::none}` stays
+  // valid as fields are added (GCC's -Wmissing-field-initializers would reject it otherwise).
+  ModelOptions(Precision p = Precision::fp32, Recompute r = Recompute::none, Device dev = {})
+      : precision(p), recompute(r), device(dev) {}
 };
 
 // Where the parameters come from when the model does not hold them all (ZeRO-3,

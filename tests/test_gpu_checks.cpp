@@ -164,13 +164,13 @@ TEST_CASE("a GPU model refuses channels that would put tensors off the 16-byte g
   odd.channels = 12;  // 24 bytes per row in bf16, 48 in fp32
   odd.num_heads = 2;
   const Device gpu{DeviceKind::cuda, 0};
-  CHECK_THROWS_WITH(GPT2(odd, ModelOptions(Precision::bf16, false, gpu)),
+  CHECK_THROWS_WITH(GPT2(odd, ModelOptions(Precision::bf16, Recompute::none, gpu)),
                     Catch::Contains("channels C = 12 are 24 bytes in bf16, not a multiple of 16"));
   // fp32 rows of 48 bytes are on the grid: whatever stops this model here, it is not that.
   try {
-    GPT2 m(odd, ModelOptions(Precision::fp32, false, gpu));
+    GPT2 m(odd, ModelOptions(Precision::fp32, Recompute::none, gpu));
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("16-byte grid") == std::string::npos);
   }
-  CHECK_NOTHROW(GPT2(odd, ModelOptions(Precision::bf16, false, Device{})));  // the CPU takes any C
+  CHECK_NOTHROW(GPT2(odd, ModelOptions(Precision::bf16, Recompute::none, Device{})));  // the CPU takes any C
 }

@@ -48,7 +48,7 @@ Batch make_batch(const GPT2Config& cfg, int B, int T, unsigned seed) {
 // The same model and batch on the CPU and on the GPU: the loss, the logits and every
 // gradient tensor, by relative norm within `bound`, and no NaN anywhere.
 void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Attention attention, double bound) {
-  ModelOptions host_opts{prec, false, Device{}}, dev_opts{prec, false, kGpu};
+  ModelOptions host_opts{prec, Recompute::none, Device{}}, dev_opts{prec, Recompute::none, kGpu};
   host_opts.attention = dev_opts.attention = attention;
   GPT2 host(cfg, host_opts);
   GPT2 dev(cfg, dev_opts);
@@ -127,7 +127,7 @@ TEST_CASE("GPT-2 on cuda matches cpu on a batch past 65535 blocks", "[model][gpu
 
 // Three AdamW steps on the GPU; the losses of two runs from the same seed.
 static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
-  GPT2 model(cfg, ModelOptions{prec, false, kGpu});
+  GPT2 model(cfg, ModelOptions{prec, Recompute::none, kGpu});
   model.init_random(5);
   Backend& be = model.backend();
   const ParamLayout& lay = model.layout();
@@ -174,7 +174,7 @@ static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
 // driver must see at least what the tracker counts (it also holds the CUDA context and
 // cuBLASLt's workspace), and the host must report no such figure.
 TEST_CASE("the driver's memory figure covers the tracker's device bytes", "[model][gpu][memory]") {
-  GPT2 model(model_preset("tiny"), ModelOptions(Precision::bf16, false, kGpu));
+  GPT2 model(model_preset("tiny"), ModelOptions(Precision::bf16, Recompute::none, kGpu));
   model.init_random(7);
   const Batch b = make_batch(model.config(), 2, 16, 3);
   model.forward(b.x.data(), b.y.data(), 2, 16);

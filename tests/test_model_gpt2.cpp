@@ -208,7 +208,7 @@ TEST_CASE("backward honours the GradSink contract with non-adjacent staging buff
   const GPT2Config cfg = model_preset("tiny");
   for (Precision prec : {Precision::fp32, Precision::bf16}) {
     if (prec == Precision::bf16) continue;  // staging floats below; bf16 covered by FullGradSink tests
-    GPT2 model(cfg, ModelOptions{prec, false});
+    GPT2 model(cfg, ModelOptions{prec, Recompute::none});
     model.init_random(11);
     const int B = 2, T = 16;
     std::vector<int> x = tokens(B * T, cfg.vocab_size, 12), y = tokens(B * T, cfg.vocab_size, 13);
@@ -246,7 +246,7 @@ TEST_CASE("gradients accumulate across backwards; recompute_gelu changes nothing
   const GPT2Config cfg = model_preset("tiny");
   const int B = 2, T = 8;
   std::vector<int> x = tokens(B * T, cfg.vocab_size, 21), y = tokens(B * T, cfg.vocab_size, 22);
-  GPT2 a(cfg, ModelOptions{Precision::fp32, false}), b(cfg, ModelOptions{Precision::fp32, true});
+  GPT2 a(cfg, ModelOptions{Precision::fp32, Recompute::none}), b(cfg, ModelOptions{Precision::fp32, Recompute::gelu});
   a.init_random(4);
   b.init_random(4);
   FullGradSink ga(a.layout().total, Precision::fp32), gb(b.layout().total, Precision::fp32);
@@ -265,7 +265,7 @@ TEST_CASE("gradients accumulate across backwards; recompute_gelu changes nothing
 TEST_CASE("bf16 mode agrees with fp32 within bf16 tolerance", "[model][bf16]") {
   const GPT2Config cfg = model_preset("tiny");
   const int B = 4, T = 32;
-  GPT2 f(cfg, ModelOptions{Precision::fp32, false}), h(cfg, ModelOptions{Precision::bf16, false});
+  GPT2 f(cfg, ModelOptions{Precision::fp32, Recompute::none}), h(cfg, ModelOptions{Precision::bf16, Recompute::none});
   h.init_random(8);
   std::vector<float> w(h.layout().total);
   h.get_params_f32(w.data());  // bf16-representable weights for both
@@ -302,7 +302,7 @@ TEST_CASE("tiny model overfits one batch with AdamW", "[model][train]") {
   for (Precision prec : {Precision::fp32, Precision::bf16}) {
     const GPT2Config cfg = model_preset("tiny");
     const int B = 4, T = 16;
-    GPT2 model(cfg, ModelOptions{prec, false});
+    GPT2 model(cfg, ModelOptions{prec, Recompute::none});
     model.init_random(1);
     const ParamLayout& lay = model.layout();
     std::vector<float> master(lay.total), m(lay.total, 0.0f), v(lay.total, 0.0f);
@@ -376,7 +376,7 @@ TEST_CASE("presets, layout order and activation accounting", "[model]") {
     CHECK(MemoryTracker::global().current(MemTag::activations) - before ==
           GPT2::activation_bytes(cfg, ModelOptions{}, 2, 16));
   }
-  CHECK(GPT2::activation_bytes(cfg, ModelOptions{Precision::fp32, true}, 2, 16) <
+  CHECK(GPT2::activation_bytes(cfg, ModelOptions{Precision::fp32, Recompute::gelu}, 2, 16) <
         GPT2::activation_bytes(cfg, ModelOptions{}, 2, 16));
 }
 

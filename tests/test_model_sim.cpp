@@ -102,7 +102,7 @@ TEST_CASE("the model on the simulated device: losses, gradients and logits are t
 TEST_CASE("model memory on the simulated device is device memory, per tag", "[model][sim]") {
   MemoryTracker& mt = MemoryTracker::global();
   const size_t host_params = mt.current(MemTag::params), host_acts = mt.current(MemTag::activations);
-  GPT2 m(sim_config(), ModelOptions(Precision::fp32, false, Device{DeviceKind::sim, 1}));
+  GPT2 m(sim_config(), ModelOptions(Precision::fp32, Recompute::none, Device{DeviceKind::sim, 1}));
   const size_t want = m.layout().total * sizeof(float);
   CHECK(mt.current(MemTag::params, DeviceKind::sim) >= want);
   CHECK(mt.current(MemTag::params) == host_params);

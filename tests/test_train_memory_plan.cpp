@@ -1,7 +1,9 @@
 // The memory planner (zero/memory/plan.h) against the tracker's measured peak per rank of
 // a real training step: `ringzero train --memory-report` on small shapes, strategies,
 // precisions and recompute modes, each within 10% of plan_memory().peak(). Also
-// `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors.
+// `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors, and
+// the byte-size grammar memory and comm-bench share (train/cli_number.h), and memory's
+// default precision (train's).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -13,6 +15,8 @@
 #include "base/check.h"
 #include "model/config.h"
 #include "run_ringzero.h"
+#include "train/cli_number.h"
+#include "train/config.h"
 #include "zero/memory/plan.h"
 
 using namespace rz;
@@ -111,7 +115,7 @@ TEST_CASE("the planner's peak is within 10% of the measured peak of a real step,
 }
 
 TEST_CASE("ringzero memory plans with --recompute and answers --budget per strategy and mode") {
-  auto r = run_ringzero("memory --model d12 --batch 8 --seq 1024 --nranks 8 --recompute all --device cuda --json");
+  auto r = run_ringzero("memory --model d12 --batch 8 --seq 1024 --nranks 8 --recompute all --precision bf16 --device cuda --json");
   INFO(r.output);
   REQUIRE(r.status == 0);
   nlohmann::json j = nlohmann::json::parse(r.output);
@@ -124,7 +128,7 @@ TEST_CASE("ringzero memory plans with --recompute and answers --budget per strat
 
   // --budget: one row per strategy and mode; more memory saved -> a larger batch, and a
   // batch that fits is the largest one (the next does not).
-  r = run_ringzero("memory --model d12 --seq 1024 --nranks 8 --budget 80GB --device cuda --json");
+  r = run_ringzero("memory --model d12 --seq 1024 --nranks 8 --budget 80GB --precision bf16 --device cuda --json");
   INFO(r.output);
   REQUIRE(r.status == 0);
   j = nlohmann::json::parse(r.output);
@@ -149,7 +153,7 @@ TEST_CASE("ringzero memory plans with --recompute and answers --budget per strat
   tiny.cfg = model_preset("tiny");
   finalize_config(tiny.cfg);
   CHECK(largest_batch(tiny, 1e3) == 0);  // nothing fits in 1 KB
-  r = run_ringzero("memory --model d12 --seq 1024 --nranks 8 --budget 80GB");
+  r = run_ringzero("memory --model d12 --seq 1024 --nranks 8 --budget 80GB --precision bf16");
   REQUIRE(r.status == 0);
   CHECK(r.output.find("layer") != std::string::npos);
 
@@ -165,4 +169,48 @@ TEST_CASE("ringzero memory plans with --recompute and answers --budget per strat
   CHECK(parse_byte_size("80GB", "x") == 80e9);
   CHECK(parse_byte_size("24 GiB", "x") == 24.0 * (1 << 30));
   CHECK(parse_byte_size("1.5e9", "x") == 1.5e9);
+}
+
+TEST_CASE("a byte size means the same bytes to memory --budget and comm-bench --max-bytes") {
+  // K, M, G are binary like KiB, MiB, GiB; KB, MB, GB decimal; any case, spaces allowed.
+  CHECK(parse_byte_size("64M", "x") == 64.0 * (1 << 20));
+  CHECK(parse_byte_size("64 mib", "x") == 64.0 * (1 << 20));
+  CHECK(parse_byte_size("64MB", "x") == 64e6);
+  CHECK(parse_byte_size("2k", "x") == 2048);
+  CHECK(parse_byte_size("2 KB", "x") == 2000);
+  CHECK(parse_byte_size("1G", "x") == double(1 << 30));
+  CHECK(parse_byte_size("0", "x") == 0);
+  for (const char* bad : {"", "M", "-1K", "4Q", "1e400", "inf", "nan", "4 KX"})
+    CHECK_THROWS_WITH(parse_byte_size(bad, "--flag"), Catch::StartsWith("--flag: expected a size such as 80GB"));
+  for (const char* size : {"4K", "4KiB", "4kb", "4000", "1M", "1MB", "1 MiB"}) {
+    const auto bench = run_ringzero(std::string("comm-bench --transport thread --nproc 2 --iters 1 --warmup 0 --json "
+                                                "--min-bytes '") + size + "' --max-bytes '" + size + "'");
+    INFO(size << ": " << bench.output);
+    REQUIRE(bench.status == 0);
+    const double bench_bytes = nlohmann::json::parse(bench.output)["bytes"].get<double>();
+    const auto memory = run_ringzero(std::string("memory --model tiny --nranks 1 --json --budget '") + size + "'");
+    INFO(memory.output);
+    REQUIRE(memory.status == 0);
+    CHECK(nlohmann::json::parse(memory.output)["budget_bytes"].get<double>() == bench_bytes);
+    CHECK(parse_byte_size(size, "x") == bench_bytes);
+  }
+}
+
+TEST_CASE("memory's default precision is train's") {
+  const std::string train_default = precision_name(TrainConfig{}.precision);
+  CHECK(train_default == "fp32");
+  for (const char* shape : {"--model tiny", "--params 7e9"}) {
+    const auto r = run_ringzero(std::string("memory --nranks 2 --json ") + shape);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    CHECK(j["precision"].get<std::string>() == train_default);
+    // fp32: the params are the master weights, 4 + 4 + 8 bytes per parameter for ddp.
+    for (const auto& row : j["rows"]) {
+      if (row["strategy"] == "ddp") CHECK(row["bytes_per_param_paper"].get<double>() == 16);
+      if (row["strategy"] == "zero1") CHECK(row["bytes_per_param_paper"].get<double>() == 4 + 4 + 8.0 / 2);
+    }
+  }
+  CHECK(nlohmann::json::parse(run_ringzero("memory --model tiny --nranks 2 --json --precision bf16").output)
+            ["precision"].get<std::string>() == "bf16");
 }

@@ -40,7 +40,7 @@ TEST_CASE("ringzero memory reproduces 112 GB for 7B bf16 DDP and the ZeRO paper'
   REQUIRE(rc == 0);
   CHECK(out.find("112.0 GB") != std::string::npos);
 
-  out = run_binary("memory --params 7.5e9 --nranks 64 --json", rc);
+  out = run_binary("memory --params 7.5e9 --nranks 64 --precision bf16 --json", rc);
   REQUIRE(rc == 0);
   auto j = nlohmann::json::parse(out);
   CHECK(states(j, "ddp", 64, "model_states_paper_bytes") == Approx(120e9));
@@ -49,7 +49,7 @@ TEST_CASE("ringzero memory reproduces 112 GB for 7B bf16 DDP and the ZeRO paper'
   // ringzero's zero2 keeps the paper's bf16 gradient shard: 2 + 2/64 + 12/64 bytes/param.
   CHECK(states(j, "zero2", 64, "model_states_bytes") == Approx(7.5e9 * (2 + 14.0 / 64)));
 
-  out = run_binary("memory --params 7.5e9 --nranks 64", rc);
+  out = run_binary("memory --params 7.5e9 --nranks 64 --precision bf16", rc);
   CHECK(out.find("120.0 GB") != std::string::npos);
   CHECK(out.find("31.4 GB") != std::string::npos);
   CHECK(out.find("16.6 GB") != std::string::npos);

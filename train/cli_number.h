@@ -5,9 +5,13 @@
 // --seed of -1 became 18446744073709551615. Every numeric flag of a subcommand is added with
 // add_number, whose validator runs on the text before CLI11 converts it: an integer of the
 // option's type and in its range (no sign for an unsigned one), or a finite number.
+// Byte sizes (comm-bench's --min-bytes, memory's --budget) are read by parse_byte_size, one
+// grammar for every command.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -50,6 +54,34 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, T& var, const st
     return app.add_option(name, var, help)->check(strict_number<typename T::value_type>());
   else
     return app.add_option(name, var, help)->check(strict_number<T>());
+}
+
+// A byte size: a number (8, 1.5e9) and an optional unit, in any case, spaces allowed: B;
+// K, M, G, T and KiB, MiB, GiB, TiB binary (2^10, 2^20, ...); KB, MB, GB, TB decimal (1e3,
+// 1e6, ...). So 64M == 64MiB == 67108864 bytes and 80GB == 80e9 in every command. Returns the
+// bytes (finite, >= 0; a caller bounds them further); anything else, a negative size
+// included, throws "FLAG: expected a size such as 80GB, 64M or 512KiB, found 'TEXT'".
+inline double parse_byte_size(const std::string& text, const char* flag) {
+  const auto bad = [&]() -> double {
+    fail(strfmt("%s: expected a size such as 80GB, 64M or 512KiB, found '%s'", flag, text.c_str()));
+  };
+  const char* s = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (end == s || !std::isfinite(v) || v < 0) return bad();
+  std::string unit(end);
+  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char ch) { return std::isspace(ch); }), unit.end());
+  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  struct Unit {
+    const char* name;
+    double bytes;
+  };
+  const Unit units[] = {{"", 1},    {"B", 1},     {"K", 0x1p10},  {"KIB", 0x1p10}, {"M", 0x1p20},  {"MIB", 0x1p20},
+                        {"G", 0x1p30}, {"GIB", 0x1p30}, {"T", 0x1p40}, {"TIB", 0x1p40}, {"KB", 1e3},    {"MB", 1e6},
+                        {"GB", 1e9},  {"TB", 1e12}};
+  for (const Unit& u : units)
+    if (unit == u.name) return std::isfinite(v * u.bytes) ? v * u.bytes : bad();
+  return bad();
 }
 
 // app.parse with one error line: false when --help was printed (the command returns 0); a

@@ -223,11 +223,7 @@ int run_bench_step(int argc, char** argv) {
     if (batch_opt->count() == 0) B = tc.batch;
     if (seq_opt->count() == 0) T = tc.seq;
   }
-  if (layers > 0) cfg.num_layers = layers;
-  if (channels > 0) cfg.channels = channels;
-  if (heads > 0) cfg.num_heads = heads;
-  if (vocab > 0) cfg.vocab_size = vocab;
-  if (max_seq > 0) cfg.max_seq_len = max_seq;
+  cfg = override_shape(cfg, {.layers = layers, .channels = channels, .heads = heads, .vocab = vocab, .max_seq = max_seq});
   finalize_config(cfg);
   RZ_CHECK(T <= cfg.max_seq_len, "--seq %d exceeds the model's maxT %d", T, cfg.max_seq_len);
   const std::vector<int> threads = parse_ints(threads_s, "--threads");
@@ -252,7 +248,7 @@ int run_bench_step(int argc, char** argv) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
     for (Precision prec : precisions) {
-      ModelOptions mo{prec, false, device};
+      ModelOptions mo{prec, Recompute::none, device};
       mo.attention = parse_attention(attention_s);
       GPT2 model(cfg, mo);
       model.init_random(1);

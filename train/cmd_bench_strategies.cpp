@@ -93,7 +93,7 @@ GPT2Config bench_shape(const BenchArgs& a) {
   } else {
     cfg = model_preset(a.model);
   }
-  if (a.vocab > 0) cfg.vocab_size = a.vocab;
+  cfg = override_shape(cfg, {.vocab = a.vocab});
   finalize_config(cfg);
   return cfg;
 }
@@ -111,6 +111,65 @@ uint64_t fnv1a(const void* data, size_t bytes) {
   return h;
 }
 
+// Samples of the timed steps (after --warmup), one per step.
+struct StepSamples {
+  std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
+};
+
+// --warmup + --steps training steps on this rank's synthetic batches (a hash of step, rank
+// and micro-step: every rank's differ, every run's are the same).
+StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, Communicator& comm,
+                      TraceWindow& timeline) {
+  const int B = a.batch, T = a.seq, V = model.config().vocab_size;
+  std::vector<int> in(B * T), tg(B * T);
+  StepSamples t;
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    timeline.begin_step(comm, step + 1);
+    const double c0 = process_cpu_seconds();
+    auto t0 = Clock::now();
+    for (int m = 0; m < a.accum; ++m) {
+      for (int i = 0; i < B * T + 1; ++i) {
+        uint32_t x = static_cast<uint32_t>(step * 1000003 + (rank * a.accum + m) * 7919 + i);
+        x ^= x >> 13;
+        x *= 0x5bd1e995u;
+        x ^= x >> 15;
+        int tok = static_cast<int>(x % static_cast<uint32_t>(V));
+        if (i < B * T) in[i] = tok;
+        if (i > 0) tg[i - 1] = tok;
+      }
+      { RZ_TRACE_SCOPE("forward"); model.forward(in.data(), tg.data(), B, T); }
+      RZ_TRACE_SCOPE("backward");
+      model.backward(st.begin_micro_step(m, a.accum), 1.0f / a.accum);
+      st.end_micro_step();
+    }
+    double fb = ms(t0);
+    auto t1 = Clock::now();
+    StepStats s;
+    {
+      RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
+      s = st.step(3e-4f);
+    }
+    double opt = ms(t1), total = ms(t0);
+    const double cpu = (process_cpu_seconds() - c0) * 1e3;
+    timeline.end_step(comm, step + 1, s.comm_overlapped);
+    if (step >= a.warmup) {
+      t.step_ms.push_back(total);
+      t.step_cpu_ms.push_back(cpu);
+      t.fb_ms.push_back(fb);
+      t.opt_ms.push_back(opt);
+      t.overlap.push_back(s.comm_overlapped);
+      t.mb_sent.push_back(s.comm_bytes_sent / 1e6);
+      t.comm_ms.push_back(s.comm_seconds * 1e3);
+      t.gather_hidden.push_back(s.gather_hidden);
+    }
+  }
+  return t;
+}
+
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
   CommOptions copts;
@@ -122,7 +181,7 @@ int bench_rank(const BenchArgs& a) {
   ModelOptions mo;
   mo.precision = parse_precision(a.precision);
   // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
-  mo.shared_params = comm->reads_shared_memory() && (a.strategy == "zero1" || a.strategy == "zero2");
+  mo.shared_params = comm->reads_shared_memory() && strategy_traits(parse_strategy(a.strategy)).gathers_params_after_step();
   GPT2 model(cfg, mo);
   model.init_random(42);
   StrategyOptions so;
@@ -136,58 +195,12 @@ int bench_rank(const BenchArgs& a) {
   if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
   TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
                        a.strategy + " " + a.precision, model.backend().trace_clock());
-  const int B = a.batch, T = a.seq, V = cfg.vocab_size;
-  std::vector<int> in(B * T), tg(B * T);
-  std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
-  for (int step = 0; step < a.warmup + a.steps; ++step) {
-    timeline.begin_step(*comm, step + 1);
-    const double c0 = process_cpu_seconds();
-    auto t0 = Clock::now();
-    for (int m = 0; m < a.accum; ++m) {
-      for (int i = 0; i < B * T + 1; ++i) {
-        uint32_t x = static_cast<uint32_t>(step * 1000003 + (env.rank * a.accum + m) * 7919 + i);
-        x ^= x >> 13;
-        x *= 0x5bd1e995u;
-        x ^= x >> 15;
-        int tok = static_cast<int>(x % static_cast<uint32_t>(V));
-        if (i < B * T) in[i] = tok;
-        if (i > 0) tg[i - 1] = tok;
-      }
-      { RZ_TRACE_SCOPE("forward"); model.forward(in.data(), tg.data(), B, T); }
-      RZ_TRACE_SCOPE("backward");
-      model.backward(st->begin_micro_step(m, a.accum), 1.0f / a.accum);
-      st->end_micro_step();
-    }
-    double fb = ms(t0);
-    auto t1 = Clock::now();
-    StepStats s;
-    {
-      RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
-      s = st->step(3e-4f);
-    }
-    double opt = ms(t1), total = ms(t0);
-    const double cpu = (process_cpu_seconds() - c0) * 1e3;
-    timeline.end_step(*comm, step + 1, s.comm_overlapped);
-    if (step >= a.warmup) {
-      step_ms.push_back(total);
-      step_cpu_ms.push_back(cpu);
-      fb_ms.push_back(fb);
-      opt_ms.push_back(opt);
-      overlap.push_back(s.comm_overlapped);
-      mb_sent.push_back(s.comm_bytes_sent / 1e6);
-      comm_ms.push_back(s.comm_seconds * 1e3);
-      gather_hidden.push_back(s.gather_hidden);
-    }
-  }
+  const StepSamples t = run_steps(a, env.rank, model, *st, *comm, timeline);
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
   st->params_f32(params.data());  // collective: zero3 gathers them
   HostCollectives host_comm(*comm, model.backend());
-  const std::vector<double> rank_cpu_ms = all_gather_partials(host_comm, median(step_cpu_ms));
+  const std::vector<double> rank_cpu_ms = all_gather_partials(host_comm, median(t.step_cpu_ms));
   if (env.rank == 0) {
     std::string per_rank;
     for (double c : rank_cpu_ms) {
@@ -197,12 +210,12 @@ int bench_rank(const BenchArgs& a) {
     }
     std::printf("%-6s %-5s N=%d  step_ms %8.1f  step_cpu_ms %8.1f (ranks %s)  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
                 "  grad_comm_overlapped %5.1f%%  hash %016llx%s\n",
-                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(step_ms), median(step_cpu_ms),
-                per_rank.c_str(), median(fb_ms),
-                median(opt_ms), median(mb_sent), median(comm_ms), 100.0 * median(overlap),
+                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(t.step_ms), median(t.step_cpu_ms),
+                per_rank.c_str(), median(t.fb_ms),
+                median(t.opt_ms), median(t.mb_sent), median(t.comm_ms), 100.0 * median(t.overlap),
                 static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
                 strategy_traits(so.kind).shards_params
-                    ? (std::string("  gather_hidden ") + std::to_string(int(100.0 * median(gather_hidden))) + "%").c_str()
+                    ? (std::string("  gather_hidden ") + std::to_string(int(100.0 * median(t.gather_hidden))) + "%").c_str()
                     : "");
     std::fflush(stdout);
   }
@@ -251,7 +264,7 @@ int run_bench_strategies(int argc, char** argv) {
                                                   "(default: the first three timed steps)");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
-  RZ_CHECK(buckets_in_flight_opt->count() == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+  RZ_CHECK(buckets_in_flight_opt->count() == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
            "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
            a.strategy.c_str());
   if (!a.trace.empty()) {  // no timeline over the config or over anything but a regular file

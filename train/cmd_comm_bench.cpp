@@ -12,7 +12,7 @@
 // checked result downloaded outside the timed loop), and the run first measures this GPU's
 // device-to-device copy bandwidth; each row then adds the bound: the bytes this GPU's ranks
 // move (bytes sent per rank x ranks on the GPU) over that bandwidth, and time's % of it.
-// The GPU path has never run on a GPU (docs/gpu-comm.md).
+// The GPU path's status is RZ_GPU_STATUS (kernels/backend.h), as --help says; docs/gpu-comm.md.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -61,18 +61,12 @@ struct BenchArgs {
   PrecisionCheckArgs precision;
 };
 
-size_t parse_bytes(const std::string& s, const char* flag) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  double mult = 1;
-  std::string suf = end ? end : "";
-  if (suf == "K" || suf == "k" || suf == "KiB") mult = 1024;
-  else if (suf == "M" || suf == "MiB") mult = 1024.0 * 1024;
-  else if (suf == "G" || suf == "GiB") mult = 1024.0 * 1024 * 1024;
-  else RZ_CHECK(suf.empty() || suf == "B", "%s: expected a byte count like 8, 64K, 256M or 1G, found '%s'", flag, s.c_str());
-  RZ_CHECK(end != s.c_str() && v >= 0 && v * mult < 64.0 * (1ull << 30),
-           "%s: expected a byte count between 0 and 64G, found '%s'", flag, s.c_str());
-  return static_cast<size_t>(v * mult);
+// A --min-bytes / --max-bytes / --segment-bytes value (parse_byte_size's grammar: 64M is MiB,
+// 64MB is 64e6), below 64 GiB; a fraction of a byte is dropped.
+size_t bench_bytes(const std::string& s, const char* flag) {
+  const double v = parse_byte_size(s, flag);
+  RZ_CHECK(v < 0x1p36, "%s: expected a byte count between 0 and 64G, found '%s'", flag, s.c_str());
+  return static_cast<size_t>(v);
 }
 
 float input_value(int rank, size_t i) { return static_cast<float>(static_cast<int>((i * 7 + rank * 13) % 23) - 11); }
@@ -286,21 +280,21 @@ int run_comm_bench(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
   app.add_option("--comm", a.comm,
                  "ring (ringzero's collectives), mpi (the MPI library; start with mpirun -np N) or nccl (GPU "
-                 "buffers, needs --device cuda; never run on a GPU yet)")
+                 "buffers, needs --device cuda; " RZ_GPU_STATUS ")")
       ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
   app.add_option("--device", a.device,
                  "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
                  "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
-                 "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; never "
-                 "run on a GPU yet); sim: the same on the simulated device, for tests)")
+                 "puts rank r on GPU LOCAL_RANK mod the GPU count; adds the copy bandwidth and bound columns; "
+                 RZ_GPU_STATUS "); sim: the same on the simulated device, for tests)")
       ->capture_default_str();
-  app.add_option("--min-bytes", a.min_bytes, "smallest size (suffixes K, M, G)")->capture_default_str();
-  app.add_option("--max-bytes", a.max_bytes, "largest size (suffixes K, M, G)")->capture_default_str();
+  app.add_option("--min-bytes", a.min_bytes, "smallest size (K, M, G or KiB, MiB, GiB: binary; KB, MB, GB: decimal)")->capture_default_str();
+  app.add_option("--max-bytes", a.max_bytes, "largest size (K, M, G or KiB, MiB, GiB: binary; KB, MB, GB: decimal)")->capture_default_str();
   app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--redop", a.redop, "reduction: sum or avg")->check(CLI::IsMember({"sum", "avg"}))->capture_default_str();
   add_number(app, "--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
   add_number(app, "--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
-  app.add_option("--segment-bytes", a.segment, "ring pipeline segment (suffixes K, M)")->capture_default_str();
+  app.add_option("--segment-bytes", a.segment, "ring pipeline segment (K, M or KiB, MiB: binary; KB, MB: decimal)")->capture_default_str();
   add_number(app, "--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--host-memory", a.host_memory,
@@ -331,9 +325,9 @@ int run_comm_bench(int argc, char** argv) {
     print_precision_rows(rows, about, a.json, stdout);
     return 0;
   }
-  const size_t min_b = parse_bytes(a.min_bytes, "--min-bytes");
-  const size_t max_b = parse_bytes(a.max_bytes, "--max-bytes");
-  const size_t seg = parse_bytes(a.segment, "--segment-bytes");
+  const size_t min_b = bench_bytes(a.min_bytes, "--min-bytes");
+  const size_t max_b = bench_bytes(a.max_bytes, "--max-bytes");
+  const size_t seg = bench_bytes(a.segment, "--segment-bytes");
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;

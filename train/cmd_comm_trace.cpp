@@ -77,37 +77,8 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   std::printf("\n");
 }
 
-int run_comm_trace(int argc, char** argv) {
-  std::string op = "all_reduce";
-  int N = 4;
-  int follow_chunk = -1;
-  bool example = false;
-  CLI::App app{
-      "Print, round by round, what each rank of the ring sends to its right neighbour, receives from\n"
-      "its left one and holds after the round (the layout of the seed article's tables; docs/comm.md).\n"
-      "Runs the real ring code on N thread ranks; each rank's data is symbolic (rank r contributes\n"
-      "a_r = 2^r), so partial sums read back as a0+b0...",
-      "ringzero comm-trace"};
-  app.add_option("--op", op, "all_gather, reduce_scatter or all_reduce")
-      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce"}))->capture_default_str();
-  add_number(app, "--nranks", N, "ranks on the ring (2..16)")->check(CLI::Range(2, 16))->capture_default_str();
-  add_number(app, "--follow-chunk", follow_chunk, "print only chunk K's path around the ring, round by round");
-  app.add_flag("--example", example,
-               "the article's two ranks [1,2,3,4] and [5,6,7,8] through AllGather, ReduceScatter and AllReduce:\n"
-               "every rank's buffer after every round");
-  if (!parse_command_line(app, argc, argv)) return 0;
-  if (example) {
-    // The article's example is two ranks through all three collectives: nothing to choose.
-    for (const char* flag : {"--op", "--nranks", "--follow-chunk"})
-      RZ_CHECK(app.count(flag) == 0, "--example: cannot be combined with %s (the article's example is 2 ranks through "
-               "all three collectives)", flag);
-    print_article_example(stdout);
-    return 0;
-  }
-  if (app.count("--follow-chunk") > 0) {
-    print_chunk_path(stdout, op, N, follow_chunk);
-    return 0;
-  }
+// Runs the ring on N thread ranks, one element per chunk, and records every rank's rounds.
+std::vector<Recorder> record_ring(const std::string& op, int N) {
   CommOptions opts;
   opts.timeout_s = 30;
   auto comms = make_thread_communicators(N, opts);
@@ -134,8 +105,13 @@ int run_comm_trace(int argc, char** argv) {
   }
   for (auto& t : ts) t.join();
   for (auto& e : errors) RZ_CHECK(e.empty(), "%s", e.c_str());
+  return rec;
+}
 
-  auto rank_name = [](int r) { return "rank " + std::to_string(r); };
+std::string rank_name(int r) { return "rank " + std::to_string(r); }
+
+// What the tables show: the ring's rule and who starts with what.
+void print_intro(const std::string& op, int N) {
   const bool gather_only = op == "all_gather";
   std::printf("%s on a ring of %d ranks: rank r sends only to rank r+1 and receives only from rank r-1.\n",
               op.c_str(), N);
@@ -148,6 +124,11 @@ int run_comm_trace(int argc, char** argv) {
                 "ReduceScatter ends with rank r holding chunk r summed over all ranks (its shard).\n\n",
                 N, N - 1, N - 1);
   }
+}
+
+// One table per round and phase: what each rank sent, received and holds after it.
+void print_rounds(const std::string& op, int N, const std::vector<Recorder>& rec) {
+  const bool gather_only = op == "all_gather";
   // Holdings for the AllGather tables, in arrival order.
   std::vector<std::vector<int>> held(N);
   for (int r = 0; r < N; ++r) held[r].push_back(r);
@@ -195,6 +176,10 @@ int run_comm_trace(int argc, char** argv) {
       print_table(rows);
     }
   }
+}
+
+// The end state, and the volume each rank sent.
+void print_summary(const std::string& op, int N, const std::vector<Recorder>& rec) {
   if (op == "reduce_scatter") {
     std::printf("After %d rounds each rank holds one chunk of the sum, its own shard:\n", N - 1);
   } else if (op == "all_gather") {
@@ -214,6 +199,43 @@ int run_comm_trace(int argc, char** argv) {
     print_table(rows);
   }
   if (op != "all_gather") std::printf("%s", chunk_ownership_note());
+}
+
+int run_comm_trace(int argc, char** argv) {
+  std::string op = "all_reduce";
+  int N = 4;
+  int follow_chunk = -1;
+  bool example = false;
+  CLI::App app{
+      "Print, round by round, what each rank of the ring sends to its right neighbour, receives from\n"
+      "its left one and holds after the round (the layout of the seed article's tables; docs/comm.md).\n"
+      "Runs the real ring code on N thread ranks; each rank's data is symbolic (rank r contributes\n"
+      "a_r = 2^r), so partial sums read back as a0+b0...",
+      "ringzero comm-trace"};
+  app.add_option("--op", op, "all_gather, reduce_scatter or all_reduce")
+      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce"}))->capture_default_str();
+  add_number(app, "--nranks", N, "ranks on the ring (2..16)")->check(CLI::Range(2, 16))->capture_default_str();
+  add_number(app, "--follow-chunk", follow_chunk, "print only chunk K's path around the ring, round by round");
+  app.add_flag("--example", example,
+               "the article's two ranks [1,2,3,4] and [5,6,7,8] through AllGather, ReduceScatter and AllReduce:\n"
+               "every rank's buffer after every round");
+  if (!parse_command_line(app, argc, argv)) return 0;
+  if (example) {
+    // The article's example is two ranks through all three collectives: nothing to choose.
+    for (const char* flag : {"--op", "--nranks", "--follow-chunk"})
+      RZ_CHECK(app.count(flag) == 0, "--example: cannot be combined with %s (the article's example is 2 ranks through "
+               "all three collectives)", flag);
+    print_article_example(stdout);
+    return 0;
+  }
+  if (app.count("--follow-chunk") > 0) {
+    print_chunk_path(stdout, op, N, follow_chunk);
+    return 0;
+  }
+  const std::vector<Recorder> rec = record_ring(op, N);
+  print_intro(op, N);
+  print_rounds(op, N, rec);
+  print_summary(op, N, rec);
   return 0;
 }
 

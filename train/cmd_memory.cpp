@@ -27,6 +27,7 @@
 #include "model/layout.h"
 #include "train/cli_number.h"
 #include "train/command.h"
+#include "train/config.h"
 #include "zero/memory/plan.h"
 #include "zero/buckets.h"
 #include "zero/memory/formula.h"
@@ -41,7 +42,7 @@ struct MemoryArgs {
   int batch = 1;
   double params = 0.0;
   std::vector<int> nranks;
-  std::string precision = "bf16";
+  std::string precision = precision_name(TrainConfig{}.precision);  // train's default
   std::string strategy = "all";
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
@@ -52,6 +53,10 @@ struct MemoryArgs {
   int threads = 1;
   std::string grad_reduce_dtype = "auto";
   bool json = false;
+  bool recompute_given = false;  // --recompute was on the command line
+
+  // A GPT-2 shape was given (the planner), else a bare --params count.
+  bool shape() const { return !model.empty() || layers || channels || heads || vocab || seq || max_seq; }
 };
 
 struct Row {
@@ -87,8 +92,8 @@ std::string formula_text(StrategyKind k, Precision p, bool paper) {
   return strfmt("%s+%s+%s%s", pb, grads.c_str(), opt, t.shards_optimizer ? "/N" : "");
 }
 
-int run_memory(int argc, char** argv) {
-  MemoryArgs a;
+// The flags into a, checked against each other; false when --help was printed.
+bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
   CLI::App app{
       "Bytes per rank of model states (params + grads + AdamW states) for ddp, zero1, zero2, zero3,\n"
       "computed from formulas without running anything. GB = 1e9 bytes.\n"
@@ -124,7 +129,7 @@ int run_memory(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
-  app.add_option("--precision", a.precision, "bf16 (mixed precision) or fp32")
+  app.add_option("--precision", a.precision, "fp32 or bf16 (mixed precision); the default is train's")
       ->check(CLI::IsMember(precision_names()))->capture_default_str();
   app.add_option("--strategy", a.strategy, "a strategy or all")
       ->check(CLI::IsMember(strategy_choices))->capture_default_str();
@@ -139,7 +144,7 @@ int run_memory(int argc, char** argv) {
   app.add_option("--attention", a.attention,
                  "what attention keeps: materialized ((T, T) per head and layer) or flash (one float per row)")
       ->check(CLI::IsMember(attention_names()))->capture_default_str();
-  app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB or 24GiB: print the largest micro-batch that fits");
+  app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB (1e9 bytes) or 24GiB / 24G (2^30 bytes): print the largest micro-batch that fits");
   app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   add_number(app, "--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
@@ -149,10 +154,10 @@ int run_memory(int argc, char** argv) {
                  "auto: the precision's)")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}))->capture_default_str();
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
-  if (!parse_command_line(app, argc, argv)) return 0;
+  if (!parse_command_line(app, argc, argv)) return false;
   RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
 
-  const bool shape = !a.model.empty() || a.layers || a.channels || a.heads || a.vocab || a.seq || a.max_seq;
+  const bool shape = a.shape();
   const bool params = app.count("--params") > 0;
   // The value first: --params 0 or -1 is a bad count, not a missing model.
   RZ_CHECK(!params || (a.params >= 1 && a.params <= 1e15),
@@ -165,10 +170,51 @@ int run_memory(int argc, char** argv) {
       RZ_CHECK(app.count(flag) == 0,
                "%s: does nothing with a bare --params count, which gives the model states only (give a model shape: "
                "--model or --layers/--channels/...)", flag);
-  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || a.strategy == "zero2" || a.strategy == "zero3",
+  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
            "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
            a.strategy.c_str());
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
+  a.recompute_given = app.count("--recompute") > 0;
+  return true;
+}
+
+// What the tables are about: a GPT-2 shape (or a bare parameter count), the precision, the
+// strategies and the recompute modes asked.
+struct MemoryQuery {
+  MemoryArgs a;
+  bool shape = false;   // a GPT-2 shape (else a bare --params count: model states only)
+  GPT2Config cfg;       // finalized (shape)
+  ParamLayout layout;   // of cfg (shape)
+  double P = 0;         // parameters
+  int T = 0;            // sequence length of the activations (shape)
+  Precision prec = Precision::fp32;
+  bool wide = false;    // bf16 gradients reduced in fp32 (--grad-reduce-dtype fp32)
+  std::vector<StrategyKind> kinds;
+  std::vector<Recompute> recomputes;
+
+  // The planner's question for strategy k on n ranks under recompute mode rc.
+  MemoryPlanInput plan_input(StrategyKind k, int n, Recompute rc) const {
+      MemoryPlanInput in;
+      in.cfg = cfg;
+      in.precision = prec;
+      in.recompute = rc;
+      in.attention = parse_attention(a.attention);
+      in.kind = k;
+      in.nranks = n;
+      in.batch = a.batch;
+      in.seq = T;
+      in.bucket_mb = a.bucket_mb;
+      in.buckets_in_flight = a.buckets_in_flight;
+      in.cpu = a.device == "cpu";
+      in.threads = a.threads;
+      in.grad_reduce_fp32 = wide;
+      return in;
+  }
+};
+
+// The shape, precision, strategies and modes the (checked) flags ask for.
+MemoryQuery resolve_query(const MemoryArgs& a) {
+  const bool shape = a.shape();
   const Precision prec = parse_precision(a.precision);
   RZ_CHECK(a.grad_reduce_dtype != "bf16" || prec == Precision::bf16,
            "--grad-reduce-dtype: bf16 needs --precision bf16 (fp32 gradients are reduced in fp32)");
@@ -185,13 +231,10 @@ int run_memory(int argc, char** argv) {
   int T = 0;
   RZ_CHECK(a.max_seq == 0 || a.seq <= a.max_seq, "--seq: T=%d exceeds --max-seq %d", a.seq, a.max_seq);
   if (shape) {
-    cfg = model_preset(a.model.empty() ? "d12" : a.model);
-    if (a.layers) cfg.num_layers = a.layers;
-    if (a.channels) cfg.channels = a.channels;
-    if (a.heads) cfg.num_heads = a.heads;
-    if (a.vocab) cfg.vocab_size = a.vocab;
-    if (a.seq) cfg.max_seq_len = a.seq;
-    if (a.max_seq) cfg.max_seq_len = a.max_seq;
+    // maxT: --max-seq, else --seq (the rows of wpe the activations need).
+    cfg = override_shape(model_preset(a.model.empty() ? "d12" : a.model),
+                         {.layers = a.layers, .channels = a.channels, .heads = a.heads, .vocab = a.vocab,
+                          .max_seq = a.max_seq ? a.max_seq : a.seq});
     finalize_config(cfg);
     layout = build_param_layout(cfg);
     P = static_cast<double>(layout.total);
@@ -209,59 +252,63 @@ int run_memory(int argc, char** argv) {
   const std::vector<Recompute> recomputes =
       a.recompute == "all" ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
                            : std::vector<Recompute>{parse_recompute(a.recompute)};
-  // The planner's question for strategy k on n ranks (batch and recompute filled in later).
-  auto plan_input = [&](StrategyKind k, int n, Recompute rc) {
-    MemoryPlanInput in;
-    in.cfg = cfg;
-    in.precision = prec;
-    in.recompute = rc;
-    in.attention = parse_attention(a.attention);
-    in.kind = k;
-    in.nranks = n;
-    in.batch = a.batch;
-    in.seq = T;
-    in.bucket_mb = a.bucket_mb;
-    in.buckets_in_flight = a.buckets_in_flight;
-    in.cpu = a.device == "cpu";
-    in.threads = a.threads;
-    in.grad_reduce_fp32 = wide;
-    return in;
-  };
-  if (!a.budget.empty()) {
-    RZ_CHECK(shape, "--budget: needs a model shape (--model or --layers/...), not a bare --params count");
-    const double budget = parse_byte_size(a.budget, "--budget");
-    const std::vector<Recompute> modes = a.recompute == "none" && !app.count("--recompute")
-                                             ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
-                                             : recomputes;
-    nlohmann::json j = {{"budget_bytes", budget}, {"precision", precision_name(prec)}, {"seq", T},
-                        {"rows", nlohmann::json::array()}};
-    if (!a.json) {
-      std::printf("largest micro-batch B per rank whose peak fits %s (%.0f bytes); L=%d C=%d T=%d, %s, %s ranks\n\n",
-                  a.budget.c_str(), budget, cfg.num_layers, cfg.channels, T, precision_name(prec), a.device.c_str());
-      std::printf("%-7s %-10s", "", "recompute");
-      for (int n : a.nranks) std::printf(" %8s", strfmt("N=%d", n).c_str());
-      std::printf("\n");
-    }
-    for (StrategyKind k : kinds)
-      for (Recompute rc : modes) {
-        if (!a.json) std::printf("%-7s %-10s", strategy_name(k), recompute_name(rc));
-        for (int n : a.nranks) {
-          const int b = largest_batch(plan_input(k, n, rc), budget);
-          if (a.json)
-            j["rows"].push_back({{"strategy", strategy_name(k)}, {"recompute", recompute_name(rc)}, {"nranks", n},
-                                 {"largest_batch", b}});
-          else
-            std::printf(" %8s", b == 0 ? "-" : std::to_string(b).c_str());
-        }
-        if (!a.json) std::printf("\n");
-      }
-    if (a.json)
-      std::printf("%s\n", j.dump(2).c_str());
-    else
-      std::printf("\n- : not even B=1 fits. peak = max(model states + staging + activations + working, start-up)\n");
-    return 0;
-  }
+  return MemoryQuery{a, shape, cfg, layout, P, T, prec, wide, kinds, recomputes};
+}
 
+// --budget: the largest micro-batch that fits, per strategy and recompute mode.
+void print_budget(const MemoryQuery& q) {
+  const MemoryArgs& a = q.a;
+  const bool shape = q.shape;
+  const GPT2Config& cfg = q.cfg;
+  const int T = q.T;
+  const Precision prec = q.prec;
+  const std::vector<StrategyKind>& kinds = q.kinds;
+  const std::vector<Recompute>& recomputes = q.recomputes;
+  RZ_CHECK(shape, "--budget: needs a model shape (--model or --layers/...), not a bare --params count");
+  const double budget = parse_byte_size(a.budget, "--budget");
+  RZ_CHECK(budget > 0, "--budget: expected a size above 0 bytes, such as 80GB, found '%s'", a.budget.c_str());
+  const std::vector<Recompute> modes = a.recompute == "none" && !a.recompute_given
+                                           ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
+                                           : recomputes;
+  nlohmann::json j = {{"budget_bytes", budget}, {"precision", precision_name(prec)}, {"seq", T},
+                      {"rows", nlohmann::json::array()}};
+  if (!a.json) {
+    std::printf("largest micro-batch B per rank whose peak fits %s (%.0f bytes); L=%d C=%d T=%d, %s, %s ranks\n\n",
+                a.budget.c_str(), budget, cfg.num_layers, cfg.channels, T, precision_name(prec), a.device.c_str());
+    std::printf("%-7s %-10s", "", "recompute");
+    for (int n : a.nranks) std::printf(" %8s", strfmt("N=%d", n).c_str());
+    std::printf("\n");
+  }
+  for (StrategyKind k : kinds)
+    for (Recompute rc : modes) {
+      if (!a.json) std::printf("%-7s %-10s", strategy_name(k), recompute_name(rc));
+      for (int n : a.nranks) {
+        const int b = largest_batch(q.plan_input(k, n, rc), budget);
+        if (a.json)
+          j["rows"].push_back({{"strategy", strategy_name(k)}, {"recompute", recompute_name(rc)}, {"nranks", n},
+                               {"largest_batch", b}});
+        else
+          std::printf(" %8s", b == 0 ? "-" : std::to_string(b).c_str());
+      }
+      if (!a.json) std::printf("\n");
+    }
+  if (a.json)
+    std::printf("%s\n", j.dump(2).c_str());
+  else
+    std::printf("\n- : not even B=1 fits. peak = max(model states + staging + activations + working, start-up)\n");
+}
+
+// One row per strategy and rank count: the formulas, and with a shape the planner's answer.
+std::vector<Row> strategy_rows(const MemoryQuery& q) {
+  const MemoryArgs& a = q.a;
+  const bool shape = q.shape;
+  const GPT2Config& cfg = q.cfg;
+  const ParamLayout& layout = q.layout;
+  const double P = q.P;
+  const Precision prec = q.prec;
+  const bool wide = q.wide;
+  const std::vector<StrategyKind>& kinds = q.kinds;
+  const std::vector<Recompute>& recomputes = q.recomputes;
   std::vector<Row> rows;
   for (StrategyKind k : kinds) {
     for (int n : a.nranks) {
@@ -275,7 +322,7 @@ int run_memory(int argc, char** argv) {
         const ExactStateBytes e =
             predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool,
                                   wide);
-        for (Recompute rc : recomputes) r.plans.push_back(plan_memory(plan_input(k, n, rc)));
+        for (Recompute rc : recomputes) r.plans.push_back(plan_memory(q.plan_input(k, n, rc)));
         r.staging_buffers = pool.general;
         r.states = static_cast<double>(e.total() - e.staging - e.gathered - e.wide);
         r.wide = static_cast<double>(e.wide);
@@ -290,62 +337,83 @@ int run_memory(int argc, char** argv) {
       rows.push_back(r);
     }
   }
+  return rows;
+}
 
-  if (a.json) {
-    nlohmann::json j;
-    j["precision"] = precision_name(prec);
-    j["grad_reduce_dtype"] = wide || prec == Precision::fp32 ? "fp32" : "bf16";
-    j["params"] = P;
-    if (shape) {
-      j["model"] = {{"layers", cfg.num_layers}, {"channels", cfg.channels}, {"heads", cfg.num_heads},
-                    {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
-                    {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
-      j["recompute"] = recompute_name(recomputes[0]);
-      j["attention"] = a.attention;
-    }
-    j["rows"] = nlohmann::json::array();
-    for (const Row& r : rows) {
-      nlohmann::json o{{"strategy", strategy_name(r.kind)},
-                       {"nranks", r.nranks},
-                       {"bytes_per_param_paper", r.paper.total()},
-                       {"bytes_per_param", r.ringzero.total()},
-                       {"model_states_paper_bytes", r.states_paper},
-                       {"model_states_bytes", r.states + r.gathered},  // zero3: its params tag holds the gathered units
-                       {"gathered_bytes", r.gathered},
-                       {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
-      // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
-      auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
-      o["bytes_by_tag"] = {{"params", tag(r.exact.params, r.ringzero.params)},
-                           {"grads", tag(r.exact.grads, r.ringzero.grads)},
-                           {"master", tag(r.exact.master, r.ringzero.master)},
-                           {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
-                           {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
-                           {"comm", shape ? r.staging + r.wide + double(r.plans[0].ring_work) : 0.0},
-                           {"activations", shape ? r.activations : 0.0},
-                           {"workspace", shape ? double(r.plans[0].kernel_scratch) : 0.0}};
-      if (shape) {
-        // The first --recompute mode's plan (all: none); "by_recompute" has every mode asked.
-        const MemoryPlan& p = r.plans[0];
-        o["staging_bytes"] = r.staging;
-        o["fp32_reduce_bytes"] = r.wide;
-        o["activation_bytes"] = r.activations;
-        o["ring_work_bytes"] = p.ring_work;
-        o["kernel_scratch_bytes"] = p.kernel_scratch;
-        o["startup_bytes"] = p.startup;
-        o["step_bytes"] = p.step();
-        o["total_bytes"] = p.peak();  // the peak per rank: max(step, start-up)
-        nlohmann::json by = nlohmann::json::object();
-        for (size_t i = 0; i < recomputes.size(); ++i)
-          by[recompute_name(recomputes[i])] = {{"activation_bytes", r.plans[i].activations},
-                                               {"total_bytes", r.plans[i].peak()}};
-        o["by_recompute"] = by;
-      }
-      j["rows"].push_back(o);
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+// The rows as one JSON object (`ringzero plot memory --estimate` reads it).
+void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
+  const MemoryArgs& a = q.a;
+  const bool shape = q.shape;
+  const GPT2Config& cfg = q.cfg;
+  const double P = q.P;
+  const int T = q.T;
+  const Precision prec = q.prec;
+  const bool wide = q.wide;
+  const std::vector<Recompute>& recomputes = q.recomputes;
+  nlohmann::json j;
+  j["precision"] = precision_name(prec);
+  j["grad_reduce_dtype"] = wide || prec == Precision::fp32 ? "fp32" : "bf16";
+  j["params"] = P;
+  if (shape) {
+    j["model"] = {{"layers", cfg.num_layers}, {"channels", cfg.channels}, {"heads", cfg.num_heads},
+                  {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
+                  {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
+    j["recompute"] = recompute_name(recomputes[0]);
+    j["attention"] = a.attention;
   }
+  j["rows"] = nlohmann::json::array();
+  for (const Row& r : rows) {
+    nlohmann::json o{{"strategy", strategy_name(r.kind)},
+                     {"nranks", r.nranks},
+                     {"bytes_per_param_paper", r.paper.total()},
+                     {"bytes_per_param", r.ringzero.total()},
+                     {"model_states_paper_bytes", r.states_paper},
+                     {"model_states_bytes", r.states + r.gathered},  // zero3: its params tag holds the gathered units
+                     {"gathered_bytes", r.gathered},
+                     {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
+    // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
+    auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
+    o["bytes_by_tag"] = {{"params", tag(r.exact.params, r.ringzero.params)},
+                         {"grads", tag(r.exact.grads, r.ringzero.grads)},
+                         {"master", tag(r.exact.master, r.ringzero.master)},
+                         {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
+                         {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
+                         {"comm", shape ? r.staging + r.wide + double(r.plans[0].ring_work) : 0.0},
+                         {"activations", shape ? r.activations : 0.0},
+                         {"workspace", shape ? double(r.plans[0].kernel_scratch) : 0.0}};
+    if (shape) {
+      // The first --recompute mode's plan (all: none); "by_recompute" has every mode asked.
+      const MemoryPlan& p = r.plans[0];
+      o["staging_bytes"] = r.staging;
+      o["fp32_reduce_bytes"] = r.wide;
+      o["activation_bytes"] = r.activations;
+      o["ring_work_bytes"] = p.ring_work;
+      o["kernel_scratch_bytes"] = p.kernel_scratch;
+      o["startup_bytes"] = p.startup;
+      o["step_bytes"] = p.step();
+      o["total_bytes"] = p.peak();  // the peak per rank: max(step, start-up)
+      nlohmann::json by = nlohmann::json::object();
+      for (size_t i = 0; i < recomputes.size(); ++i)
+        by[recompute_name(recomputes[i])] = {{"activation_bytes", r.plans[i].activations},
+                                             {"total_bytes", r.plans[i].peak()}};
+      o["by_recompute"] = by;
+    }
+    j["rows"].push_back(o);
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
 
+// The rows as the table: one line per term, one column per rank count.
+void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
+  const MemoryArgs& a = q.a;
+  const bool shape = q.shape;
+  const GPT2Config& cfg = q.cfg;
+  const double P = q.P;
+  const int T = q.T;
+  const Precision prec = q.prec;
+  const bool wide = q.wide;
+  const std::vector<StrategyKind>& kinds = q.kinds;
+  const std::vector<Recompute>& recomputes = q.recomputes;
   if (shape)
     std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
                 cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
@@ -396,6 +464,21 @@ int run_memory(int argc, char** argv) {
              k, [i](const Row& r) { return double(r.plans[i].peak()); });
     }
   }
+}
+
+int run_memory(int argc, char** argv) {
+  MemoryArgs a;
+  if (!parse_memory_args(argc, argv, a)) return 0;
+  const MemoryQuery q = resolve_query(a);
+  if (!q.a.budget.empty()) {
+    print_budget(q);
+    return 0;
+  }
+  const std::vector<Row> rows = strategy_rows(q);
+  if (q.a.json)
+    print_json(q, rows);
+  else
+    print_table(q, rows);
   return 0;
 }
 

@@ -58,7 +58,10 @@ int run_sample(int argc, char** argv) {
   RZ_CHECK(tok->vocab_size() <= mf.cfg.vocab_size,
            "--tokenizer %s has %d tokens but the model %s only %d: they do not belong together",
            tokenizer_spec.c_str(), tok->vocab_size(), model_path.c_str(), mf.cfg.vocab_size);
-  GPT2 model(mf.cfg, ModelOptions{parse_precision(precision), false, parse_device(device)});
+  ModelOptions mo;
+  mo.precision = parse_precision(precision);
+  mo.device = parse_device(device);
+  GPT2 model(mf.cfg, mo);
   model.set_params_f32(mf.params.data());
 
   std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);

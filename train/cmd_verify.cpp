@@ -85,7 +85,10 @@ int run_verify(int argc, char** argv) {
               model_path.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
               cfg.max_seq_len, precision_name(mf.precision), st.B, st.T, precision_name(prec));
 
-  GPT2 model(cfg, ModelOptions{prec, false, settings.device.device()});
+  ModelOptions mo;
+  mo.precision = prec;
+  mo.device = settings.device.device();
+  GPT2 model(cfg, mo);
   model.set_params_f32(mf.params.data());
   const float loss = model.forward(st.x.data(), st.y.data(), st.B, st.T);
   std::vector<float> logits_p, logits;

@@ -33,8 +33,9 @@
 #include "base/check.h"
 #include "base/checked.h"
 #include "base/file.h"
-#include "comm/factory.h"
+#include "comm/options.h"
 #include "data/unicode.h"
+#include "kernels/backend.h"
 #include "model/config.h"
 #include "zero/buckets.h"
 
@@ -173,7 +174,7 @@ const Setting kSettings[] = {
   {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
   {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
   {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
-  {"comm", &TrainConfig::comm, Allowed::any, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; never run on a GPU yet)"},
+  {"comm", &TrainConfig::comm, Allowed::any, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; " RZ_GPU_STATUS ")"},
   {"transport", &TrainConfig::transport, Allowed::any, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
   {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)"},

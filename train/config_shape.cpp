@@ -13,16 +13,11 @@
 namespace rz {
 
 GPT2Config config_model_shape(const TrainConfig& tc) {
-  GPT2Config m = model_preset(tc.model);
-  if (tc.layers > 0) m.num_layers = tc.layers;
-  if (tc.channels > 0) m.channels = tc.channels;
-  if (tc.heads > 0) m.num_heads = tc.heads;
-  if (tc.max_seq > 0) m.max_seq_len = tc.max_seq;
-  if (tc.vocab > 0) {
-    m.vocab_size = tc.vocab;
-  } else if (tc.tokenizer == "byte") {
+  GPT2Config m = override_shape(model_preset(tc.model), {.layers = tc.layers, .channels = tc.channels,
+                                                         .heads = tc.heads, .vocab = tc.vocab, .max_seq = tc.max_seq});
+  if (tc.vocab <= 0 && tc.tokenizer == "byte") {
     m.vocab_size = 257;
-  } else if (!tc.data.empty()) {
+  } else if (tc.vocab <= 0 && !tc.data.empty()) {
     const std::string first = tc.data.substr(0, tc.data.find(','));
     std::filesystem::path dir = std::filesystem::path(first).parent_path();
     const std::string tok = ((dir.empty() ? std::filesystem::path(".") : dir) / "tokenizer.bin").string();

@@ -77,13 +77,9 @@ std::unique_ptr<Tokenizer> resolve_tokenizer(const TrainConfig& cfg) {
 }
 
 GPT2Config resolve_model_config(const TrainConfig& cfg, const Tokenizer* tok) {
-  GPT2Config m = model_preset(cfg.model);
-  if (cfg.layers > 0) m.num_layers = cfg.layers;
-  if (cfg.channels > 0) m.channels = cfg.channels;
-  if (cfg.heads > 0) m.num_heads = cfg.heads;
-  if (cfg.max_seq > 0) m.max_seq_len = cfg.max_seq;
-  if (cfg.vocab > 0) m.vocab_size = cfg.vocab;
-  else if (tok != nullptr) m.vocab_size = tok->vocab_size();
+  GPT2Config m = override_shape(model_preset(cfg.model), {.layers = cfg.layers, .channels = cfg.channels,
+                                                          .heads = cfg.heads, .vocab = cfg.vocab, .max_seq = cfg.max_seq});
+  if (cfg.vocab <= 0 && tok != nullptr) m.vocab_size = tok->vocab_size();
   finalize_config(m);
   return m;
 }

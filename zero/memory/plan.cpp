@@ -1,9 +1,6 @@
 #include "zero/memory/plan.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <cstdlib>
 
 #include "base/check.h"
 #include "comm/ring/ring.h"
@@ -112,29 +109,6 @@ int largest_batch(MemoryPlanInput in, double budget, int max_batch) {
     (double(plan_memory(in).peak()) > budget ? hi : lo) = in.batch;
   }
   return lo;
-}
-
-double parse_byte_size(const std::string& text, const char* what) {
-  auto bad = [&]() -> double {
-    fail(strfmt("%s: expected a size such as 80GB or 512MiB, found '%s'", what, text.c_str()));
-  };
-  const char* s = text.c_str();
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (end == s || !std::isfinite(v) || v <= 0) return bad();
-  std::string unit(end);
-  unit.erase(std::remove_if(unit.begin(), unit.end(), [](unsigned char ch) { return std::isspace(ch); }), unit.end());
-  for (char& ch : unit) ch = char(std::toupper(static_cast<unsigned char>(ch)));
-  struct Unit {
-    const char* name;
-    double bytes;
-  };
-  const Unit units[] = {{"", 1},      {"B", 1},       {"KB", 1e3},          {"MB", 1e6},
-                        {"GB", 1e9},  {"TB", 1e12},   {"KIB", 1024.0},      {"MIB", 1048576.0},
-                        {"GIB", 1073741824.0},         {"TIB", 1099511627776.0}};
-  for (const Unit& u : units)
-    if (unit == u.name) return v * u.bytes;
-  return bad();
 }
 
 }  // namespace rz

@@ -21,7 +21,6 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
 
 #include "model/config.h"
 #include "zero/memory/formula.h"
@@ -62,10 +61,5 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 // The largest micro-batch B whose peak() fits in budget bytes (0 when even B = 1 does
 // not), searched up to max_batch.
 int largest_batch(MemoryPlanInput in, double budget, int max_batch = 1 << 20);
-
-// "80GB", "80 GiB", "512MB", "1.5e9", "64KiB": bytes (GB = 1e9, GiB = 2^30). Throws
-// "WHAT: expected a size such as 80GB or 512MiB, found 'TEXT'" on anything else,
-// a negative, zero or non-finite size included.
-double parse_byte_size(const std::string& text, const char* what);
 
 }  // namespace rz
