@@ -2,7 +2,7 @@
 //
 // Records spans ("complete" events) and counter samples in memory while a trace window is
 // open, and serialises one rank's events as Chrome trace-event JSON objects, the format
-// Perfetto and chrome://tracing open (PyTorch's profiler writes it too). train/timeline.*
+// Perfetto and chrome://tracing open (PyTorch's profiler writes it too). viz/timeline.*
 // opens the window, aligns the ranks' clocks and has rank 0 write the merged file.
 //
 // Tracks: every rank is one process row (pid = rank) with two threads in it:
@@ -59,9 +59,9 @@ void counter(int rank, const std::string& name, double ts_us, double value);
 // queues it, so host timestamps would show when work was enqueued. A backend whose ops are
 // asynchronous supplies a DeviceClock (Backend::trace_clock, kernels/backend.h); while one
 // is set for a rank, stamp() queues a timestamp on the device (a CUDA event on the compute
-// stream) instead of reading the host clock, so Scope spans and train/timeline's step spans
+// stream) instead of reading the host clock, so Scope spans and viz/timeline's step spans
 // cover when the device ran the work they enclose. resolve() turns the stamps into this
-// clock's microseconds (origin: the moment start() found the device idle); train/timeline
+// clock's microseconds (origin: the moment start() found the device idle); viz/timeline
 // calls it at the end of every traced step, and rank_events_json before writing. A rank
 // without a clock (every CPU rank) records host time exactly as before. On the comm track,
 // --comm nccl stamps its collectives on the comm stream (stamp_on), so they are device time

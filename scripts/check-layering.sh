@@ -9,7 +9,10 @@
 #   data     base                           shards, loader, tokenizers
 #   model    base kernels                   GPT-2 over the kernels
 #   zero     base comm kernels model        strategies, buckets, memory accounting
-#   train    every module above             the ringzero executable
+#   viz      base comm kernels zero         pictures (gnuplot), the --trace timeline, the ring example
+#   train    base comm kernels data         the trainer: config, loop, checkpoints, metrics
+#            model zero viz
+#   cli      every module above             the ringzero executable: one file per subcommand
 #
 # tests/ and bench/ may include anything. An include that climbs out with "../" is refused
 # too, since it would slip past this check. Usage: check-layering.sh [REPO_ROOT]; prints
@@ -25,7 +28,9 @@ declare -A allowed=(
   [data]="base"
   [model]="base kernels"
   [zero]="base comm kernels model"
-  [train]="base comm kernels data launch model zero"
+  [viz]="base comm kernels zero"
+  [train]="base comm kernels data model zero viz"
+  [cli]="base comm launch kernels data model zero viz train"
 )
 
 bad=0

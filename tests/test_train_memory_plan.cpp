@@ -2,7 +2,7 @@
 // a real training step: `ringzero train --memory-report` on small shapes, strategies,
 // precisions and recompute modes, each within 10% of plan_memory().peak(). Also
 // `ringzero memory`'s planner flags (--recompute, --budget) and their one-line errors, and
-// the byte-size grammar memory and comm-bench share (train/cli_number.h), and memory's
+// the byte-size grammar memory and comm-bench share (cli/cli_number.h), and memory's
 // default precision (train's).
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 #include "base/check.h"
 #include "model/config.h"
 #include "run_ringzero.h"
-#include "train/cli_number.h"
+#include "cli/cli_number.h"
 #include "train/config.h"
 #include "zero/memory/plan.h"
 

@@ -18,7 +18,7 @@
 
 #include "base/trace.h"
 #include "comm/factory.h"
-#include "train/timeline.h"
+#include "viz/timeline.h"
 
 #include "tests/run_ringzero.h"
 

@@ -39,7 +39,7 @@
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
-#include "train/timeline.h"
+#include "viz/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
 #include "zero/memory/formula.h"

@@ -112,7 +112,7 @@ bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, si
 // The work buffer ring_reduce_scatter keeps partial sums in (RingElements::scratch): one
 // chunk, the largest (rank 0's), of a count of elements of elem_bytes each on nranks ranks;
 // none on one rank. AllReduce and AllGather work in place.
-// train/memory_plan.cpp predicts a run's comm memory with it.
+// zero/memory/plan.cpp predicts a run's comm memory with it.
 size_t ring_scratch_bytes(size_t count, int nranks, size_t elem_bytes);
 void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t count, DType dtype, ReduceOp op);
 void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op);

@@ -1,6 +1,6 @@
 // zero/memory/plan.h: the peak bytes one rank holds during training, before running it.
 //
-// `ringzero memory --model ...` (train/cmd_memory.cpp) answers "does it fit?" with the same
+// `ringzero memory --model ...` (cli/cmd_memory.cpp) answers "does it fit?" with the same
 // allocation rules the trainer follows, each from its owner:
 //   model states   zero/memory/formula.h's predicted_state_bytes (parameters, gradient buffer
 //                  or owned shard, master/m/v, zero2's / zero3's staging pool, zero3's

@@ -1,4 +1,4 @@
-// train/cmd_sample.cpp: `ringzero sample`, text from a saved model.
+// cli/cmd_sample.cpp: `ringzero sample`, text from a saved model.
 // Generation is train/generate.h's, the same sampler training prints its samples with.
 #include <CLI/CLI.hpp>
 
@@ -11,8 +11,8 @@
 #include "data/tokenizer.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 #include "train/generate.h"
 
 namespace rz {

@@ -1,5 +1,5 @@
 // ringzero: a standalone trainer for small GPTs with its own ring collectives.
-// This file only dispatches to the subcommands registered in train/cmd_*.cpp.
+// This file only dispatches to the subcommands registered in cli/cmd_*.cpp.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -9,7 +9,7 @@
 
 #include "base/check.h"
 #include "base/stop_signal.h"
-#include "train/command.h"
+#include "cli/command.h"
 
 namespace rz {
 std::vector<Command>& command_registry() {

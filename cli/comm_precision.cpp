@@ -1,5 +1,5 @@
-// train/comm_precision.cpp: comm-bench --check-precision (see comm_precision.h).
-#include "train/comm_precision.h"
+// cli/comm_precision.cpp: comm-bench --check-precision (see comm_precision.h).
+#include "cli/comm_precision.h"
 
 #include <algorithm>
 #include <cmath>

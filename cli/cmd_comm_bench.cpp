@@ -1,4 +1,4 @@
-// train/cmd_comm_bench.cpp: `ringzero comm-bench`, nccl-tests for ringzero's own ring.
+// cli/cmd_comm_bench.cpp: `ringzero comm-bench`, nccl-tests for ringzero's own ring.
 //
 // Spawns --nproc ranks itself (launch/launch.h) unless --transport thread, then for each
 // size from --min-bytes to --max-bytes (x2 each step) times --iters collectives after
@@ -31,9 +31,9 @@
 #include "launch/launch.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
-#include "train/cli_number.h"
-#include "train/command.h"
-#include "train/comm_precision.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
+#include "cli/comm_precision.h"
 
 namespace rz {
 namespace {

@@ -1,6 +1,6 @@
-// train/ring_example.cpp: the article's [1,2,3,4] / [5,6,7,8] example and one chunk's path,
+// viz/ring_example.cpp: the article's [1,2,3,4] / [5,6,7,8] example and one chunk's path,
 // both read off the real ring through its RingObserver.
-#include "train/ring_example.h"
+#include "viz/ring_example.h"
 
 #include <cstdint>
 #include <functional>

@@ -1,4 +1,4 @@
-// train/cli_number.h: the subcommands' numeric flags, read strictly.
+// cli/cli_number.h: the subcommands' numeric flags, read strictly.
 //
 // CLI11 2.1 reads "nan" and "inf" into a floating-point option (and CLI::Range lets NaN
 // through, since every comparison with it is false) and wraps "-1" into an unsigned one: a

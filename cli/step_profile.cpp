@@ -1,4 +1,4 @@
-// train/step_profile.cpp
+// cli/step_profile.cpp
 //
 // Why a replay and not timers inside the model: model/gpt2.cpp stays free of profiling
 // code, and the replay times exactly the ops (the backend's table, kernels/backend.h) a
@@ -6,7 +6,7 @@
 // are allocated and reused for all L layers (each layer's calls are repeated L times), so
 // the working set is one layer's instead of the model's: the split is a little kinder to
 // the caches than the real step, whose total bench-step prints beside it.
-#include "train/step_profile.h"
+#include "cli/step_profile.h"
 
 #include <algorithm>
 #include <ctime>

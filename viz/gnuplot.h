@@ -1,4 +1,4 @@
-// train/gnuplot.h: what may go into a gnuplot script as text, and running gnuplot.
+// viz/gnuplot.h: what may go into a gnuplot script as text, and running gnuplot.
 //
 // ringzero plot writes scripts whose numbers sit in data blocks; the few strings that must
 // be script text (a label, a title, the output name, a strategy or op read from a file) go

@@ -1,4 +1,4 @@
-// train/timeline.h: `train --trace run.json --trace-steps A:B`, the per-rank timeline.
+// viz/timeline.h: `train --trace run.json --trace-steps A:B`, the per-rank timeline.
 //
 // The recorder is base/trace.h; this file decides when it records and writes the file:
 //   begin_step(A)   every rank: barrier, then trace::start(). The barrier is the clock

@@ -1,9 +1,9 @@
-// train/plot.h: `ringzero plot`: pictures of ringzero's own JSON outputs, drawn by gnuplot.
+// viz/plot.h: `ringzero plot`: pictures of ringzero's own JSON outputs, drawn by gnuplot.
 //
 // Each function reads result files, checks them (a bad line or field is an error naming
 // file:line or file and the field), and returns a complete gnuplot script with the data
 // inline (gnuplot 5 data blocks), so the picture needs nothing but the script. Text in the
-// script (labels, titles, the output name) passes train/gnuplot.h's gp_string, so nothing
+// script (labels, titles, the output name) passes viz/gnuplot.h's gp_string, so nothing
 // from the input can run as gnuplot code. run_gnuplot() feeds the script on its stdin to the
 // gnuplot found on PATH (Debian: gnuplot-nox), with no shell, and checks that the picture
 // was written.

@@ -1,4 +1,4 @@
-// train/cmd_memory.cpp: `ringzero memory` -- bytes per rank for every strategy without
+// cli/cmd_memory.cpp: `ringzero memory` -- bytes per rank for every strategy without
 // running anything.
 //
 // Two sources of a model size:
@@ -25,8 +25,8 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "model/layout.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 #include "train/config.h"
 #include "zero/memory/plan.h"
 #include "zero/buckets.h"

@@ -1,11 +1,11 @@
-// train/cmd_plot.cpp: `ringzero plot loss|memory|comm`, pictures through gnuplot (train/plot.h).
+// cli/cmd_plot.cpp: `ringzero plot loss|memory|comm`, pictures through gnuplot (viz/plot.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
 #include "base/file.h"
-#include "train/command.h"
-#include "train/plot.h"
+#include "cli/command.h"
+#include "viz/plot.h"
 
 namespace rz {
 namespace {

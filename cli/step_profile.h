@@ -1,4 +1,4 @@
-// train/step_profile.h: a training step's time split by kernel, for `ringzero bench-step`.
+// cli/step_profile.h: a training step's time split by kernel, for `ringzero bench-step`.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// train/cmd_doctor.cpp: `ringzero doctor DIR`: the ranks' flight records merged into a few
+// cli/cmd_doctor.cpp: `ringzero doctor DIR`: the ranks' flight records merged into a few
 // lines: who hangs where, or which ranks disagree on the program (comm/debug/flight_doctor.h).
 #include <CLI/CLI.hpp>
 
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "comm/debug/flight_doctor.h"
-#include "train/command.h"
+#include "cli/command.h"
 
 namespace rz {
 namespace {

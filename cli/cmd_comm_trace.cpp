@@ -1,4 +1,4 @@
-// train/cmd_comm_trace.cpp: `ringzero comm-trace`, the ring's round tables, live (in the
+// cli/cmd_comm_trace.cpp: `ringzero comm-trace`, the ring's round tables, live (in the
 // layout of the seed article's tables, docs/comm.md).
 //
 // Runs the real ring (comm/ring/ring.cpp) on N thread ranks with one element per chunk and
@@ -19,9 +19,9 @@
 #include "comm/factory.h"
 #include "comm/ring/ring.h"
 #include "comm/ring/ring_communicator.h"
-#include "train/cli_number.h"
-#include "train/command.h"
-#include "train/ring_example.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
+#include "viz/ring_example.h"
 
 namespace rz {
 namespace {

@@ -1,5 +1,5 @@
-// train/plot.cpp: gnuplot scripts for `ringzero plot` (see plot.h) and running gnuplot.
-#include "train/plot.h"
+// viz/plot.cpp: gnuplot scripts for `ringzero plot` (see plot.h) and running gnuplot.
+#include "viz/plot.h"
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,7 +17,7 @@
 
 #include "base/check.h"
 #include "base/file.h"
-#include "train/gnuplot.h"
+#include "viz/gnuplot.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

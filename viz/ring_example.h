@@ -1,4 +1,4 @@
-// train/ring_example.h: the seed article's worked examples, run through the real ring.
+// viz/ring_example.h: the seed article's worked examples, run through the real ring.
 //
 // `ringzero comm-trace --example` and `--follow-chunk K` print these. Both drive
 // comm/ring/ring.cpp on thread ranks and read what happened through its public RingObserver

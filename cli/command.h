@@ -1,6 +1,6 @@
-// train/command.h: the subcommands of the `ringzero` executable.
+// cli/command.h: the subcommands of the `ringzero` executable.
 //
-// Each subcommand lives in its own train/cmd_*.cpp and registers itself with a static
+// Each subcommand lives in its own cli/cmd_*.cpp and registers itself with a static
 // RegisterCommand object; main.cpp only dispatches. A command returns its exit status and
 // reports bad input by throwing rz::Error (main prints it as one line and exits 1).
 #pragma once

@@ -1,6 +1,6 @@
-// train/gnuplot.cpp: the strings a gnuplot script may hold, and gnuplot run without a
+// viz/gnuplot.cpp: the strings a gnuplot script may hold, and gnuplot run without a
 // shell (see gnuplot.h).
-#include "train/gnuplot.h"
+#include "viz/gnuplot.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,12 +1,12 @@
-// train/cmd_prepare.cpp: `ringzero prepare`, text files -> llm.c token shards (data/prepare).
+// cli/cmd_prepare.cpp: `ringzero prepare`, text files -> llm.c token shards (data/prepare).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
 #include "base/check.h"
 #include "data/prepare.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 
 namespace rz {
 namespace {

@@ -1,4 +1,4 @@
-// train/cmd_train.cpp: `ringzero train`: parse, validate, then either launch the local ranks
+// cli/cmd_train.cpp: `ringzero train`: parse, validate, then either launch the local ranks
 // (--nproc-per-node N > 1 or --nnodes > 1, when not already a rank) or train as one rank.
 #include <cstdio>
 #include <string>
@@ -7,12 +7,12 @@
 #include "base/check.h"
 #include "comm/factory.h"
 #include "launch/launch.h"
-#include "train/command.h"
+#include "cli/command.h"
 #include "train/config.h"
 #include "train/flight.h"
 #include "train/loop.h"
 #include "train/run_paths.h"
-#include "train/timeline.h"
+#include "viz/timeline.h"
 
 namespace rz {
 namespace {

@@ -1,5 +1,5 @@
-// train/timeline.cpp: the trace window of `train --trace` and the merged trace file.
-#include "train/timeline.h"
+// viz/timeline.cpp: the trace window of `train --trace` and the merged trace file.
+#include "viz/timeline.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// train/cmd_verify.cpp: `ringzero verify`, llm.c's test_gpt2 as a subcommand.
+// cli/cmd_verify.cpp: `ringzero verify`, llm.c's test_gpt2 as a subcommand.
 //
 // Loads an llm.c model file and a debug-state file (a batch with the reference's logits,
 // loss and gradients, e.g. from llm.c's train_gpt2.py), runs one forward and backward on
@@ -17,8 +17,8 @@
 #include "base/check.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 #include "train/config.h"
 
 namespace rz {

@@ -1,4 +1,4 @@
-// train/comm_precision.h: `ringzero comm-bench --check-precision`: what a bf16 gradient
+// cli/comm_precision.h: `ringzero comm-bench --check-precision`: what a bf16 gradient
 // reduction loses on the ring, against fp32, as N grows.
 //
 // Why: the ring's ReduceScatter rounds each chunk's partial sum to the dtype it travels in

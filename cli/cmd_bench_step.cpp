@@ -1,4 +1,4 @@
-// train/cmd_bench_step.cpp: `ringzero bench-step`, the model's training-step benchmark.
+// cli/cmd_bench_step.cpp: `ringzero bench-step`, the model's training-step benchmark.
 //
 // Times forward + backward + AdamW on one rank (no communication), on the CPU or a GPU
 // (--device), and sets the step's achieved GFLOP/s next to what the backend's GEMM
@@ -11,7 +11,7 @@
 // layer's forward and both backward products, same precision, shapes and thread count)
 // on their own: the ceiling the rest of the step (attention, layernorm, GELU, softmax,
 // AdamW, bf16 conversions) is measured against. `--ops` adds the step's time split by
-// kernel family (train/step_profile.h replays the step's kernel calls under timers).
+// kernel family (cli/step_profile.h replays the step's kernel calls under timers).
 // The shape comes from a preset, a training config (`--config configs/tiny.toml`: its
 // model keys, batch and seq), and shape flags, later ones winning.
 #include <CLI/CLI.hpp>
@@ -33,10 +33,10 @@
 #include "base/clock.h"
 #include "kernels/backend.h"
 #include "model/gpt2.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 #include "train/config.h"
-#include "train/step_profile.h"
+#include "cli/step_profile.h"
 
 namespace rz {
 namespace {

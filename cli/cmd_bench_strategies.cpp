@@ -1,4 +1,4 @@
-// train/cmd_bench_strategies.cpp: `ringzero bench-strategies` -- step time of ddp vs
+// cli/cmd_bench_strategies.cpp: `ringzero bench-strategies` -- step time of ddp vs
 // zero1 vs zero2 vs zero3 on --nproc processes, with the share of gradient communication
 // hidden behind backward (and, for zero3, of the parameter all-gathers).
 //
@@ -37,10 +37,10 @@
 #include "launch/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
-#include "train/cli_number.h"
-#include "train/command.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
 #include "train/config.h"
-#include "train/timeline.h"
+#include "viz/timeline.h"
 #include "zero/clip.h"
 #include "zero/strategy.h"
 
