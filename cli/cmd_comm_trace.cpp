@@ -18,7 +18,7 @@
 #include "base/check.h"
 #include "comm/factory.h"
 #include "comm/ring/ring.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "viz/ring_example.h"

@@ -25,7 +25,17 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/check.h"
+
 namespace rz {
+
+// A failure that involves a neighbour: closed channel, dead process, timeout, or a
+// message that does not match what this rank expected. The communicator prefixes the
+// rank and the collective ("rank 1: all_reduce #7: ...").
+struct PeerError : Error {
+  PeerError(int peer_rank, const std::string& msg) : Error(msg), peer(peer_rank) {}
+  int peer;
+};
 
 class FlightRecorder;
 

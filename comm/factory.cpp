@@ -12,7 +12,7 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/nccl/nccl_calls.h"
 #include "comm/nccl/nccl_communicator.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "comm/transport/transports.h"
 
 namespace rz {
@@ -239,6 +239,21 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
 
 std::unique_ptr<Communicator> connect_communicator(const RankEnv& env, const CommOptions& options) {
   return with_test_faults(connect(env, options));  // a test hook; nothing unless RINGZERO_TEST_FAULT is set
+}
+
+// The thread transport's ranks (comm/transport/thread.cpp) as communicators of one process.
+std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int nranks, const CommOptions& options) {
+  RZ_CHECK(nranks >= 1 && nranks <= 4096, "thread communicators: expected 1..4096 ranks, found %d", nranks);
+  const CommOptions opts = resolve_comm_options(options);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (nranks == 1) {
+    comms.push_back(std::make_unique<RingCommunicator>(0, 1, "thread", nullptr, opts));
+    return comms;
+  }
+  auto channels = make_thread_channels(nranks, opts);
+  for (int r = 0; r < nranks; ++r)
+    comms.push_back(std::make_unique<RingCommunicator>(r, nranks, "thread", std::move(channels[r]), opts));
+  return comms;
 }
 
 }  // namespace rz

@@ -21,7 +21,7 @@
 #include "base/check.h"
 #include "base/stop_signal.h"
 #include "comm/rendezvous/job_auth.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace rz {
 

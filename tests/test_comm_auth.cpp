@@ -13,7 +13,7 @@
 
 #include "base/check.h"
 #include "comm/rendezvous/job_auth.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 #include "comm/rendezvous/store.h"
 
 using namespace rz;

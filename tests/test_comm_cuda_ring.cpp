@@ -21,7 +21,7 @@
 
 #include "comm/factory.h"
 #include "comm/transport/device_ring.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "comm/rendezvous/store.h"
 #include "comm/transport/transports.h"
 #include "run_ringzero.h"

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "base/clock.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "test_comm_procs.h"
 #include "test_comm_util.h"
 

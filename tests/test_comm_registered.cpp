@@ -29,7 +29,7 @@
 #include "base/memory.h"
 #include "base/shared_memory.h"
 #include "comm/ring/ring.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "test_comm_procs.h"
 #include "test_process_util.h"
 #include "test_comm_util.h"

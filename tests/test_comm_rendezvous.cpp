@@ -16,7 +16,7 @@
 
 #include "comm/rendezvous/job_auth.h"
 #include "launch/launch.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 #include "tests/run_ringzero.h"
 
 using namespace rz;

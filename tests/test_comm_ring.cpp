@@ -12,7 +12,7 @@
 #include "comm/ring/bulk_copy.h"
 #include "comm/factory.h"
 #include "comm/ring/ring.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "test_comm_util.h"
 
 using namespace rz;

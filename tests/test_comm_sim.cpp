@@ -33,7 +33,7 @@
 #include "comm/nccl/nccl_calls.h"
 #include "comm/transport/device_ring.h"
 #include "comm/nccl/nccl_communicator.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 #include "comm/rendezvous/store.h"
 #include "comm/transport/transports.h"
 #include "test_comm_util.h"

@@ -11,7 +11,7 @@
 #include "base/check.h"
 #include "comm/factory.h"
 #include "comm/ring/ring.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 
 namespace rz {
 namespace {

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/transport/channel.h"
 #include "comm/communicator.h"
 #include "comm/debug/flight_recorder.h"
 

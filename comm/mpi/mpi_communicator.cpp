@@ -17,7 +17,7 @@
 #include "comm/ring/comm_thread.h"
 #include "comm/debug/fingerprint.h"
 #include "comm/debug/flight_recorder.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 
 namespace rz {
 

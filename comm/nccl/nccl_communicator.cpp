@@ -19,7 +19,7 @@
 #include "comm/debug/fingerprint.h"
 #include "comm/debug/flight_recorder.h"
 #include "comm/rendezvous/nccl_id.h"
-#include "comm/ring/ring_communicator.h"
+#include "comm/ring_communicator.h"
 
 namespace rz {
 

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "comm/rendezvous/job_auth.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace rz {
 

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "base/check.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace rz {
 namespace {

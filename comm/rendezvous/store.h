@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "comm/rendezvous/gate.h"
-#include "comm/transport/socket.h"
+#include "comm/rendezvous/socket.h"
 
 namespace rz {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/memory.h"
-#include "comm/transport/channel.h"
+#include "comm/ring/channel.h"
 #include "comm/communicator.h"
 #include "comm/debug/fingerprint.h"
 

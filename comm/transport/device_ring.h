@@ -38,7 +38,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/transport/channel.h"
+#include "comm/ring/channel.h"
 #include "comm/options.h"
 #include "comm/rank_env.h"
 #include "comm/ring/ring.h"

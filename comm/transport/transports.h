@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "comm/transport/channel.h"
+#include "comm/ring/channel.h"
 #include "comm/options.h"
 #include "comm/rank_env.h"
-#include "comm/ring/slot_ring.h"
+#include "comm/transport/slot_ring.h"
 #include "comm/rendezvous/store.h"
 
 namespace rz {
@@ -51,6 +51,10 @@ class SlotChannel : public RingChannel {
 
 std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_left, int rank, int nranks,
                                                double timeout_s, bool check_pids, std::shared_ptr<void> keep);
+
+// thread: ranks that are threads of one process; element r is rank r's channel (nranks >= 2),
+// every inbox a heap SlotRing owned by all of them together.
+std::vector<std::unique_ptr<RingChannel>> make_thread_channels(int nranks, const CommOptions& opts);
 
 // shm: every rank creates its own inbox in /dev/shm, publishes its name in the store, maps
 // the right neighbour's inbox, and unlinks its own once everyone has mapped.

@@ -1,4 +1,4 @@
-// comm/transport/channel.h: the one thing the ring needs from a transport.
+// comm/ring/channel.h: the one thing the ring needs from a transport.
 //
 // A rank's RingChannel sends messages to its right neighbour (rank+1) and receives them
 // from its left neighbour (rank-1), in order. The ring algorithm (ring.cpp) is written
@@ -32,20 +32,13 @@
 #include <string>
 
 #include "base/check.h"
+#include "comm/communicator.h"  // PeerError
 
 namespace rz {
 
 // Every message carries a tag so a rank that runs a different collective than its
 // neighbour (or has RINGZERO_COMM_DEBUG set when the neighbour has not) is caught.
 enum class MsgTag : uint32_t { data = 1, fingerprint = 2, barrier = 3, direct = 4 };
-
-// A failure that involves a neighbour: closed channel, dead process, timeout, or a
-// message that does not match what this rank expected. The communicator prefixes the
-// rank and the collective ("rank 1: all_reduce #7: ...").
-struct PeerError : Error {
-  PeerError(int peer_rank, const std::string& msg) : Error(msg), peer(peer_rank) {}
-  int peer;
-};
 
 class RingChannel {
  public:

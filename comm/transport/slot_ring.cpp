@@ -1,5 +1,5 @@
-// comm/ring/slot_ring.cpp: the slot ring's wait, publish and consume paths (see slot_ring.h).
-#include "comm/ring/slot_ring.h"
+// comm/transport/slot_ring.cpp: the slot ring's wait, publish and consume paths (see slot_ring.h).
+#include "comm/transport/slot_ring.h"
 
 #include <linux/futex.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
-// comm/transport/socket.cpp: blocking TCP helpers with deadlines (see socket.h).
-#include "comm/transport/socket.h"
+// comm/rendezvous/socket.cpp: blocking TCP helpers with deadlines (see socket.h).
+#include "comm/rendezvous/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

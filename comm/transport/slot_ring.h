@@ -1,4 +1,4 @@
-// comm/ring/slot_ring.h: a single-producer single-consumer ring of fixed-size message slots.
+// comm/transport/slot_ring.h: a single-producer single-consumer ring of fixed-size message slots.
 //
 // One SlotRing is the inbox of one directed ring edge (left -> me). It lives in memory
 // both sides can see: a POSIX shared-memory mapping for shm, plain heap memory for the
@@ -21,7 +21,7 @@
 #include <functional>
 #include <string>
 
-#include "comm/transport/channel.h"
+#include "comm/ring/channel.h"
 #include "comm/options.h"
 
 namespace rz {

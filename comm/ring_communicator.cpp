@@ -1,5 +1,5 @@
-// comm/ring/ring_communicator.cpp: issue order, async work, errors and stats around the ring.
-#include "comm/ring/ring_communicator.h"
+// comm/ring_communicator.cpp: issue order, async work, errors and stats around the ring.
+#include "comm/ring_communicator.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// comm/ring/ring_communicator.h: the Communicator every transport shares.
+// comm/ring_communicator.h: the Communicator every transport shares.
 //
 // A RingCommunicator owns one RingChannel (its transport) and runs the ring algorithms of
 // ring.cpp over it. It adds what communicator.h promises on top of the algorithm:
@@ -19,7 +19,7 @@
 #include <string>
 
 #include "base/memory.h"
-#include "comm/transport/channel.h"
+#include "comm/ring/channel.h"
 #include "comm/ring/comm_thread.h"
 #include "comm/communicator.h"
 #include "comm/transport/device_ring.h"

@@ -1,4 +1,4 @@
-// comm/transport/socket.h: the few blocking-with-deadline TCP helpers the store and tcp transport use.
+// comm/rendezvous/socket.h: the few blocking-with-deadline TCP helpers the store and tcp transport use.
 //
 // Every call that can wait takes a deadline (seconds on the steady clock); nothing here
 // blocks forever. Errors throw rz::Error naming the address and what failed.
