@@ -263,16 +263,8 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
   return wrong_total;
 }
 
-int run_comm_bench(int argc, char** argv) {
-  BenchArgs a;
-  CLI::App app{
-      "Benchmark and check ringzero's ring collectives, nccl-tests style. Starts --nproc ranks\n"
-      "(processes, or threads with --transport thread; with --comm mpi, mpirun -np N starts\n"
-      "them and MPI's collectives are measured instead), times each size from --min-bytes to\n"
-      "--max-bytes (doubling), then checks one run against its closed-form answer. Prints size,\n"
-      "count, type, redop, time (slowest rank, us), algbw, busbw (GB/s) and #wrong; exits 1 if any\n"
-      "result was wrong.",
-      "ringzero comm-bench"};
+// comm-bench's flags into a.
+void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
   app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
   add_number(app, "--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
@@ -317,6 +309,39 @@ int run_comm_bench(int argc, char** argv) {
   app.add_option("--init", a.precision.init, "--check-precision: take the gradients at this llm.c model file's weights");
   app.add_option("--ranks", a.precision.nranks, "--check-precision: rank counts N (repeatable; default 2 4 8 16 32 64)")
       ->check(CLI::Range(2, 256));
+}
+
+// --transport thread: every rank a thread of this process, each benchmarking its own
+// communicator; 0 when rank 0 found every result right.
+int run_thread_ranks(const BenchArgs& a, const CommOptions& opts, size_t min_b, size_t max_b, size_t seg) {
+  auto comms = make_thread_communicators(a.nproc, opts);
+  std::vector<uint64_t> wrong(a.nproc);
+  std::vector<std::string> errors(a.nproc);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < a.nproc; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        wrong[r] = bench_rank(*comms[r], a, min_b, max_b, seg);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (auto& e : errors) RZ_CHECK(e.empty(), "%s", e.c_str());
+  return wrong[0] == 0 ? 0 : 1;
+}
+
+int run_comm_bench(int argc, char** argv) {
+  BenchArgs a;
+  CLI::App app{
+      "Benchmark and check ringzero's ring collectives, nccl-tests style. Starts --nproc ranks\n"
+      "(processes, or threads with --transport thread; with --comm mpi, mpirun -np N starts\n"
+      "them and MPI's collectives are measured instead), times each size from --min-bytes to\n"
+      "--max-bytes (doubling), then checks one run against its closed-form answer. Prints size,\n"
+      "count, type, redop, time (slowest rank, us), algbw, busbw (GB/s) and #wrong; exits 1 if any\n"
+      "result was wrong.",
+      "ringzero comm-bench"};
+  add_comm_bench_flags(app, a);
   if (!parse_command_line(app, argc, argv)) return 0;
   if (a.check_precision) {
     a.precision.json = a.json;
@@ -382,23 +407,7 @@ int run_comm_bench(int argc, char** argv) {
     if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
     return wrong == 0 ? 0 : 1;
   }
-  if (a.transport == "thread") {
-    auto comms = make_thread_communicators(a.nproc, opts);
-    std::vector<uint64_t> wrong(a.nproc);
-    std::vector<std::string> errors(a.nproc);
-    std::vector<std::thread> ts;
-    for (int r = 0; r < a.nproc; ++r)
-      ts.emplace_back([&, r] {
-        try {
-          wrong[r] = bench_rank(*comms[r], a, min_b, max_b, seg);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    for (auto& t : ts) t.join();
-    for (auto& e : errors) RZ_CHECK(e.empty(), "%s", e.c_str());
-    return wrong[0] == 0 ? 0 : 1;
-  }
+  if (a.transport == "thread") return run_thread_ranks(a, opts, min_b, max_b, seg);
   if (!launched_by_ringzero() && a.nproc > 1) {
     std::vector<std::string> child{self_executable()};
     for (int i = 0; i < argc; ++i) child.push_back(argv[i]);
