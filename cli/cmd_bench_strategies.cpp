@@ -280,7 +280,7 @@ int run_bench_strategies(int argc, char** argv) {
     // The config's values where no flag was given. Every rank re-reads the same file.
     TrainConfig tc;
     load_config_toml(tc, a.config);
-    if (precision_opt->count() == 0) a.precision = precision_name(tc.precision);
+    if (precision_opt->count() == 0) a.precision = precision_name(tc.precision());
     if (nproc_opt->count() == 0) a.nproc = tc.nproc_per_node;
     if (batch_opt->count() == 0) a.batch = tc.batch;
     if (seq_opt->count() == 0) a.seq = tc.seq;

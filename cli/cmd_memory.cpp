@@ -42,7 +42,7 @@ struct MemoryArgs {
   int batch = 1;
   double params = 0.0;
   std::vector<int> nranks;
-  std::string precision = precision_name(TrainConfig{}.precision);  // train's default
+  std::string precision = precision_choice_name(TrainConfig{}.precision_choice);  // train's default
   std::string strategy = "all";
   double bucket_mb = StrategyOptions{}.bucket_mb;
   int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
@@ -129,8 +129,9 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
-  app.add_option("--precision", a.precision, "fp32 or bf16 (mixed precision); the default is train's")
-      ->check(CLI::IsMember(precision_names()))->capture_default_str();
+  app.add_option("--precision", a.precision,
+                 "fp32, bf16 (mixed precision) or auto (what train's auto runs as here on --device); the default is train's")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))->capture_default_str();
   app.add_option("--strategy", a.strategy, "a strategy or all")
       ->check(CLI::IsMember(strategy_choices))->capture_default_str();
   add_number(app, "--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
@@ -215,7 +216,7 @@ struct MemoryQuery {
 // The shape, precision, strategies and modes the (checked) flags ask for.
 MemoryQuery resolve_query(const MemoryArgs& a) {
   const bool shape = a.shape();
-  const Precision prec = parse_precision(a.precision);
+  const Precision prec = resolve_precision(parse_precision_choice(a.precision), parse_device_spec(a.device));
   RZ_CHECK(a.grad_reduce_dtype != "bf16" || prec == Precision::bf16,
            "--grad-reduce-dtype: bf16 needs --precision bf16 (fp32 gradients are reduced in fp32)");
   const bool wide = prec == Precision::bf16 && a.grad_reduce_dtype == "fp32";

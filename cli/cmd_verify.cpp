@@ -71,7 +71,7 @@ int run_verify(int argc, char** argv) {
   add_number(app, "--rtol", rtol, "relative tolerance for gradients and logits (default by precision)");
   app.add_flag("--quiet", quiet, "print only failing rows and the summary");
   if (!parse_command_line(app, argc, argv)) return 0;
-  const Precision prec = settings.precision;
+  const Precision prec = settings.precision();
   const bool bf = prec == Precision::bf16;
   if (logits_atol < 0) logits_atol = bf ? 0.25 : 1e-2;
   if (loss_atol < 0) loss_atol = bf ? 0.05 : 1e-2;

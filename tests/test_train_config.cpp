@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "kernels/cpu/matmul_onednn.h"
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
@@ -292,12 +293,12 @@ TEST_CASE("another subcommand takes rows of the settings table as its flags") {
     return error_of([&] { app.parse(static_cast<int>(argv.size()), argv.data()); });
   };
   CHECK(run({"--precision", "bf16", "--device", "cuda:1", "--layers", "3", "--comm-debug"}).empty());
-  CHECK(cfg.precision == Precision::bf16);
+  CHECK(cfg.precision() == Precision::bf16);
   CHECK(cfg.device == DeviceSpec{DeviceKind::cuda, 1});
   CHECK(cfg.layers == 3);
   CHECK(cfg.comm_debug);
   CHECK(cfg.origins.at("layers") == TrainConfig::Origin::flag);
-  CHECK(run({"--precision", "fp16"}) == "--precision: expected fp32 or bf16, found 'fp16'");
+  CHECK(run({"--precision", "fp16"}) == "--precision: expected fp32, bf16 or auto, found 'fp16'");
   CHECK(run({"--layers", "-1"}) == "--layers: expected a value >= 0, found -1");
   CHECK(run({"--device", "gpu"}).find("--device: expected cpu, cuda or cuda:K") == 0);
   CLI::App app{"test", "ringzero test"};
@@ -339,4 +340,37 @@ TEST_CASE("a config path that is not a regular file is refused before it is read
   CHECK(error_of([&] { load_config_toml(cfg, fifo); }) == "config file " + fifo + ": is a FIFO, not a regular file");
   CHECK(error_of([&] { load_config_toml(cfg, dir.string()); }) ==
         "config file " + dir.string() + ": is a directory, not a regular file");
+}
+
+TEST_CASE("precision auto is bf16 exactly where this CPU multiplies bf16, fp32 elsewhere, and says why") {
+  const bool bf16_units = onednn_bf16_matmul_status().rfind("on: ", 0) == 0;
+  if (!bf16_units)
+    WARN("not exercised here: auto resolving to bf16 (this CPU has no AVX512_BF16 or AMX-BF16, or no oneDNN)");
+  TrainConfig cfg;
+  const std::string toml = write_temp("auto.toml", "precision = \"auto\"\n");
+  load_config_toml(cfg, toml);
+  CHECK(cfg.precision_choice == PrecisionChoice::automatic);
+  CHECK(get_config_value(cfg, "precision") == "auto");  // the key keeps what was asked
+  CHECK(cfg.precision() == (bf16_units ? Precision::bf16 : Precision::fp32));
+  const std::string table = format_config_table(cfg);
+  CHECK(table.find(bf16_units ? "bf16 (auto: this CPU has AVX512_BF16 or AMX-BF16 (oneDNN "
+                              : "fp32 (auto: ") != std::string::npos);
+  // GPU and simulated ranks keep fp32 under auto, whatever the CPU.
+  set_config_value(cfg, "device", "sim");
+  CHECK(cfg.precision() == Precision::fp32);
+  std::string why;
+  CHECK(resolve_precision(PrecisionChoice::automatic, parse_device_spec("cuda:0"), &why) == Precision::fp32);
+  CHECK(why.find("auto: GPU ranks") == 0);
+  // The opt-out of the bf16 units is an opt-out of auto's bf16 too.
+  ::setenv("RINGZERO_BF16_MATMUL", "fp32", 1);
+  CHECK(resolve_precision(PrecisionChoice::automatic, DeviceSpec{}, &why) == Precision::fp32);
+  ::unsetenv("RINGZERO_BF16_MATMUL");
+  CHECK(why.find(bf16_units ? "auto: RINGZERO_BF16_MATMUL=fp32" : "auto: ") == 0);
+  // Explicit choices are what they say on every device.
+  CHECK(resolve_precision(PrecisionChoice::bf16, parse_device_spec("sim")) == Precision::bf16);
+  CHECK(resolve_precision(PrecisionChoice::fp32, DeviceSpec{}) == Precision::fp32);
+  // A flag given after TOML wins, as for any key.
+  TrainConfig f;
+  REQUIRE(parse({toml, "--precision", "bf16"}, f));
+  CHECK(f.precision() == Precision::bf16);
 }

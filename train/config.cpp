@@ -36,6 +36,7 @@
 #include "comm/options.h"
 #include "data/unicode.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/matmul_onednn.h"
 #include "model/config.h"
 #include "zero/buckets.h"
 
@@ -44,7 +45,7 @@ namespace {
 
 using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
-                           Precision TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
+                           PrecisionChoice TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
                            Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*,
                            CommBackend TrainConfig::*, CommTransport TrainConfig::*>;
 
@@ -53,10 +54,10 @@ using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t 
 template <typename T>
 struct Named;
 template <>
-struct Named<Precision> {
-  static Precision parse(const std::string& s) { return parse_precision(s); }
-  static std::string name(Precision v) { return precision_name(v); }
-  static std::string allowed() { return or_list(precision_names()); }
+struct Named<PrecisionChoice> {
+  static PrecisionChoice parse(const std::string& s) { return parse_precision_choice(s); }
+  static std::string name(PrecisionChoice v) { return precision_choice_name(v); }
+  static std::string allowed() { return "fp32, bf16 or auto"; }
 };
 template <>
 struct Named<StrategyKind> {
@@ -144,7 +145,7 @@ const Setting kSettings[] = {
   {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)"},
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
   {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
-  {"precision", &TrainConfig::precision, Allowed::any, "storage precision of parameters, gradients and activations"},
+  {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)"},
   {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
   {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
@@ -430,6 +431,39 @@ Resume parse_resume(const std::string& name) {
   RZ_FAIL("resume: expected %s, found '%s'", Named<Resume>::allowed().c_str(), name.c_str());
 }
 
+const char* precision_choice_name(PrecisionChoice p) {
+  switch (p) {
+    case PrecisionChoice::fp32: return "fp32";
+    case PrecisionChoice::bf16: return "bf16";
+    case PrecisionChoice::automatic: return "auto";
+  }
+  return "?";
+}
+
+PrecisionChoice parse_precision_choice(const std::string& name) {
+  for (PrecisionChoice p : kPrecisionChoices)
+    if (name == precision_choice_name(p)) return p;
+  RZ_FAIL("precision: expected %s, found '%s'", Named<PrecisionChoice>::allowed().c_str(), name.c_str());
+}
+
+Precision resolve_precision(PrecisionChoice choice, const DeviceSpec& device, std::string* why) {
+  if (choice != PrecisionChoice::automatic) return choice == PrecisionChoice::bf16 ? Precision::bf16 : Precision::fp32;
+  std::string reason;
+  Precision p = Precision::fp32;
+  if (device.kind == DeviceKind::cuda) {
+    reason = "GPU ranks: the CUDA bf16 path has not yet run on a GPU (--precision bf16 asks for it)";
+  } else if (device.kind == DeviceKind::sim) {
+    reason = "the simulated device: auto resolves as on a GPU";
+  } else if (const std::string status = onednn_bf16_matmul_status(); status.rfind("on: ", 0) == 0) {
+    p = Precision::bf16;
+    reason = "this CPU has AVX512_BF16 or AMX-BF16 (" + status.substr(4) + ")";
+  } else {
+    reason = status.rfind("off: ", 0) == 0 ? status.substr(5) : status;
+  }
+  if (why != nullptr) *why = "auto: " + reason;
+  return p;
+}
+
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = [] {
     std::vector<ConfigKey> v;
@@ -665,7 +699,7 @@ void check_no_idle_keys(const TrainConfig& c) {
   const bool staged = strategy_traits(c.strategy).shards_grads;  // gradients staged bucket by bucket
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
        "strategy zero2 or zero3 (only they stage gradient buckets)", {"strategy"});
-  idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision == Precision::bf16, "grad_shard_fp32",
+  idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision() == Precision::bf16, "grad_shard_fp32",
        "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)",
        {"strategy", "precision"});
 }
@@ -686,7 +720,7 @@ void validate_config(const TrainConfig& c) {
            c.flight_entries);
   RZ_CHECK(c.spike_zscore == 0 || c.spike_window >= 2,
            "spike_window: the spike guard needs a window of at least 2 steps, found %d", c.spike_window);
-  RZ_CHECK(c.grad_reduce_dtype != "bf16" || c.precision == Precision::bf16,
+  RZ_CHECK(c.grad_reduce_dtype != "bf16" || c.precision() == Precision::bf16,
            "grad_reduce_dtype: bf16 needs precision bf16 (an fp32 run's gradients are reduced in fp32)");
   RZ_CHECK(!c.resuming() || c.init.empty(),
            "init: cannot be combined with resume (the checkpoint already holds the model)");
@@ -698,8 +732,14 @@ std::string format_config_table(const TrainConfig& cfg) {
   for (const auto& k : kSettings) w = std::max(w, std::string(k.name).size());
   std::string out = strfmt("%-*s  %s\n", static_cast<int>(w), "key", "value");
   out.append(w, '-').append("  ").append(24, '-').append("\n");
-  for (const auto& k : kSettings)
-    out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, shown_value(cfg, k).c_str());
+  for (const auto& k : kSettings) {
+    std::string v = shown_value(cfg, k);
+    if (k.field == Field(&TrainConfig::precision_choice) && cfg.precision_choice == PrecisionChoice::automatic) {
+      std::string why;
+      v = std::string(precision_name(resolve_precision(cfg.precision_choice, cfg.device, &why))) + " (" + why + ")";
+    }
+    out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, v.c_str());
+  }
   return out;
 }
 

@@ -37,6 +37,20 @@ namespace rz {
 //   yes        from the newest complete checkpoint in save_dir; an error if it is damaged
 //   automatic  from the newest intact one, or from step 0 when there is none ("auto")
 enum class Resume : int { no, yes, automatic };
+
+// --precision: what a run asks for. fp32 and bf16 are model/'s Precision; automatic ("auto")
+// is bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16, through
+// oneDNN: kernels/cpu/matmul_onednn.h) and fp32 elsewhere: other CPUs, GPU and simulated
+// ranks (the CUDA bf16 path has not yet run on a GPU; --precision bf16 asks for it).
+enum class PrecisionChoice : int { fp32, bf16, automatic };
+inline constexpr PrecisionChoice kPrecisionChoices[] = {PrecisionChoice::fp32, PrecisionChoice::bf16,
+                                                        PrecisionChoice::automatic};
+const char* precision_choice_name(PrecisionChoice p);  // "fp32", "bf16", "auto"
+// Throws "precision: expected fp32, bf16 or auto, found 'NAME'".
+PrecisionChoice parse_precision_choice(const std::string& name);
+// What `choice` runs as on `device` here, and (automatic) why, as one phrase: "auto: this CPU
+// has AVX512_BF16 or AMX-BF16 (oneDNN 3.2.0)". Prints nothing.
+Precision resolve_precision(PrecisionChoice choice, const DeviceSpec& device, std::string* why = nullptr);
 inline constexpr Resume kResumes[] = {Resume::no, Resume::yes, Resume::automatic};
 const char* resume_name(Resume r);  // "no", "yes", "auto"
 // Reads the names, and true/1/on (or an empty value: a bare --resume) as yes, false/0/off as
@@ -52,7 +66,8 @@ struct TrainConfig {
   int vocab = 0;                  // V; 0 takes the tokenizer's (data dir's tokenizer.bin / --tokenizer), else the preset's
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
   std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
-  Precision precision = Precision::fp32;
+  PrecisionChoice precision_choice = PrecisionChoice::fp32;  // the key `precision`: fp32 | bf16 | auto (above)
+  Precision precision() const { return resolve_precision(precision_choice, device); }  // what runs
   DeviceSpec device;              // cpu | cuda (rank r: GPU LOCAL_RANK mod the visible ones) | cuda:K | sim[:K] (tests)
   Recompute recompute = Recompute::none;          // what backward recomputes (model/config.h)
   Attention attention = Attention::materialized;  // what attention keeps for backward (model/config.h)

@@ -99,6 +99,7 @@ class Trainer {
   bool save(int step);
   void write_rank_files(const std::string& dir, int step);
   bool stop_agreed();
+  void check_precision_agrees();
   int stop_after(int step);
   void memory_report();
   bool rank0() const { return rank_ == 0; }
@@ -153,7 +154,7 @@ void Trainer::setup() {
   // The OpenMP runtime would start these at the first parallel loop (and crash far beyond).
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && cfg_.threads == 0)
     check_thread_count(std::atoll(omp), "OMP_NUM_THREADS (or set --threads)");
-  precision_ = cfg_.precision;
+  precision_ = cfg_.precision();
   device_ = cfg_.device.device();
   RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != CommBackend::mpi,
            "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
@@ -242,6 +243,7 @@ void Trainer::setup() {
     copts.sim_device = sim_device;
   }
   comm_ = connect_communicator(env_, copts);
+  if (cfg_.precision_choice == PrecisionChoice::automatic && world_ > 1 && device_.is_cpu()) check_precision_agrees();
 
   ModelOptions mopts{precision_, cfg_.recompute, device_};
   mopts.attention = cfg_.attention;
@@ -450,7 +452,7 @@ bool Trainer::save(int step) {
   }
   if (all_ok() && rank0())  // every rank's part is on disk
     attempt([&] {
-      write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision));
+      write_manifest(dir, static_cast<uint64_t>(step), world_, strategy_name(cfg_.strategy), precision_name(cfg_.precision()));
       warn_left(prune_checkpoints(cfg_.save_dir, cfg_.keep), "pruning old checkpoints");
     });
   const bool ok = all_ok();
@@ -489,6 +491,19 @@ void Trainer::write_rank_files(const std::string& dir, int step) {
   st.rng_state = rng_.state;
   // Straight from the strategy's arrays to the file, chunk by chunk.
   save_strategy_state((fs::path(dir) / rank_state_name(rank_)).string(), *strategy_, st);
+}
+
+// Collective, once, before the model is built: `precision = auto` resolves on each rank's
+// own CPU, so ranks on machines with and without bf16 units would disagree, and a bf16
+// rank's buckets would meet an fp32 rank's. (GPU ranks resolve auto by device kind alone.)
+void Trainer::check_precision_agrees() {
+  float bf16_ranks = precision_ == Precision::bf16 ? 1.0f : 0.0f;
+  CommPurpose purpose("precision vote");
+  comm_->all_reduce(&bf16_ranks, 1, DType::f32, ReduceOp::sum);
+  RZ_CHECK(bf16_ranks == 0 || bf16_ranks == static_cast<float>(world_),
+           "precision: auto resolved to bf16 on %d of %d ranks (not every CPU has AVX512_BF16 or AMX-BF16): give "
+           "--precision fp32 or bf16",
+           static_cast<int>(bf16_ranks), world_);
 }
 
 // Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so
@@ -567,7 +582,7 @@ int Trainer::run() {
   int steps_timed = 0;
   const TraceSteps trace_steps = cfg_.trace.empty() ? TraceSteps{} : parse_trace_steps(cfg_.trace_steps);
   timeline_ = std::make_unique<TraceWindow>(cfg_.trace, trace_steps, cfg_.steps,
-                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision),
+                                           std::string(strategy_name(cfg_.strategy)) + " " + precision_name(cfg_.precision()),
                                            model_->backend().trace_clock(), &model_->backend());
   arm_graceful_stop(true);  // from here a signal ends the run at a step boundary
   for (int s = start_step_; s < cfg_.steps; ++s) {
