@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "tests/hostile_util.h"
 
@@ -208,4 +211,30 @@ TEST_CASE("an input file's bad field is named with the file") {
   check_one_line_error(run(train), meta + ": 'train_shards' holds 7, not a shard file name");
   std::ofstream(meta) << "{\"train_shards\": [\"train_000000.bin\"], \"train_tokens\": \"many\", \"val_shards\": []}";
   check_one_line_error(run(train), meta + ": 'train_tokens' is \"many\", not a token count");
+}
+
+TEST_CASE("precision auto resolved differently on two ranks is one error at setup, on both") {
+  // Rank 1 plays a machine without bf16 units (RINGZERO_BF16_MATMUL=fp32 turns them off).
+  // Where this CPU has none, both ranks resolve fp32 and agree: nothing to see.
+  const bool bf16_units = std::getenv("RINGZERO_BF16_MATMUL") == nullptr &&
+                          run(tiny_args("--precision auto --steps 1")).output.find("bf16 (auto: ") != std::string::npos;
+  if (!bf16_units) {
+    WARN("not exercised here: this CPU has no AVX512_BF16 or AMX-BF16, so auto is fp32 on every rank");
+    return;
+  }
+  const int port = 20000 + static_cast<int>((::getpid() + 7919) % 20000);
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+                          " RINGZERO_JOB_TOKEN=0123456789abcdef0123456789abcdef RINGZERO_LAUNCHED=1";
+  const fs::path log0 = work_dir() / "auto_r0.log", log1 = work_dir() / "auto_r1.log";
+  const std::string rank = " timeout -k 5 120 " + quote(RINGZERO_BINARY) + " " +
+                           tiny_args("--precision auto --steps 2 --comm-timeout 60");
+  const std::string cmd = "env " + env + " RANK=1 LOCAL_RANK=1 RINGZERO_BF16_MATMUL=fp32" + rank + " > " +
+                          quote(log1.string()) + " 2>&1 & env " + env + " RANK=0 LOCAL_RANK=0" + rank + " > " +
+                          quote(log0.string()) + " 2>&1; a=$?; wait $!; b=$?; [ $a -ne 0 ] && [ $b -ne 0 ]";
+  CHECK(std::system(cmd.c_str()) == 0);  // both ranks exit non-zero
+  const std::string want = "precision: auto resolved to bf16 on 1 of 2 ranks";
+  for (const fs::path& log : {log0, log1}) {
+    INFO(log.string() << ":\n" << slurp(log));
+    CHECK(slurp(log).find(want) != std::string::npos);
+  }
 }
