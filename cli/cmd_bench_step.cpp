@@ -177,8 +177,8 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
 }
 
 int run_bench_step(int argc, char** argv) {
-  std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16", device_s = "cpu",
-              attention_s = "materialized";
+  std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16";
+  TrainConfig settings;  // --device and --attention: rows of train's settings table
   int B = 4, T = 64, warmup = 1, steps = 3, layers = 0, channels = 0, heads = 0, vocab = 0, max_seq = 0;
   bool ops = false;
   CLI::App app{
@@ -203,15 +203,14 @@ int run_bench_step(int argc, char** argv) {
   auto* seq_opt = add_number(app, "--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
   app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
-  app.add_option("--device", device_s, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
+  add_setting_flags(app, settings, {"device"});
   add_number(app, "--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   add_number(app, "--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  app.add_option("--attention", attention_s, "materialized or flash (what attention keeps for backward)")
-      ->check(CLI::IsMember(attention_names()))->capture_default_str();
+  add_setting_flags(app, settings, {"attention"});
   app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
   if (!parse_command_line(app, argc, argv)) return 0;
-  const Device device = parse_device(device_s);
-  RZ_CHECK(!ops || attention_s == "materialized",
+  const Device device = settings.device.device();
+  RZ_CHECK(!ops || settings.attention == Attention::materialized,
            "--ops: the kernel split replays the materialized attention only (drop --ops or --attention flash)");
   RZ_CHECK(!ops || device.is_cpu(), "--ops: the kernel split is measured on the CPU only (drop --ops or use --device cpu)");
   GPT2Config cfg = model_preset(preset);
@@ -249,7 +248,7 @@ int run_bench_step(int argc, char** argv) {
     Eigen::setNbThreads(nt);
     for (Precision prec : precisions) {
       ModelOptions mo{prec, Recompute::none, device};
-      mo.attention = parse_attention(attention_s);
+      mo.attention = settings.attention;
       GPT2 model(cfg, mo);
       model.init_random(1);
       const double gemm_s = prec == Precision::fp32 ? time_gemms<float>(model.backend(), cfg, B * T, 3)

@@ -51,8 +51,6 @@ struct BenchArgs {
   std::string model = "d6";
   std::string config;              // --config FILE: a training config's shape (bench_shape)
   std::string strategy = "all";
-  std::string precision = "fp32";
-  std::string transport = "auto";
   int nproc = 2;
   int vocab = 0;  // 0: the preset's
   int batch = 4;
@@ -60,8 +58,9 @@ struct BenchArgs {
   int steps = 10;
   int warmup = 2;
   int accum = 1;
-  double bucket_mb = StrategyOptions{}.bucket_mb;
-  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
+  // --precision, --transport, --bucket-mb and --buckets-in-flight: rows of train's settings
+  // table, with train's defaults.
+  TrainConfig settings;
   bool buckets_per_unit = false;
   std::string trace;               // --trace FILE: one timeline per strategy, FILE with .STRATEGY before its extension
   std::string trace_steps;         // A:B; default: the first three timed steps
@@ -173,28 +172,28 @@ StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, C
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
   CommOptions copts;
-  copts.transport = parse_comm_transport(a.transport);
+  copts.transport = a.settings.transport;
   auto comm = connect_communicator(env, copts);
   const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
            cfg.max_seq_len, a.seq);
   ModelOptions mo;
-  mo.precision = parse_precision(a.precision);
+  mo.precision = a.settings.precision();
   // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
   mo.shared_params = comm->reads_shared_memory() && strategy_traits(parse_strategy(a.strategy)).gathers_params_after_step();
   GPT2 model(cfg, mo);
   model.init_random(42);
   StrategyOptions so;
   so.kind = parse_strategy(a.strategy);
-  so.bucket_mb = a.bucket_mb;
-  so.buckets_in_flight = a.buckets_in_flight;
+  so.bucket_mb = a.settings.bucket_mb;
+  so.buckets_in_flight = a.settings.buckets_in_flight;
   so.buckets_per_unit = a.buckets_per_unit;
   auto st = make_strategy(model, *comm, so);
 
   TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
   if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
   TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
-                       a.strategy + " " + a.precision, model.backend().trace_clock());
+                       a.strategy + " " + precision_name(a.settings.precision()), model.backend().trace_clock());
   const StepSamples t = run_steps(a, env.rank, model, *st, *comm, timeline);
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
@@ -210,7 +209,7 @@ int bench_rank(const BenchArgs& a) {
     }
     std::printf("%-6s %-5s N=%d  step_ms %8.1f  step_cpu_ms %8.1f (ranks %s)  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
                 "  grad_comm_overlapped %5.1f%%  hash %016llx%s\n",
-                a.strategy.c_str(), a.precision.c_str(), comm->size(), median(t.step_ms), median(t.step_cpu_ms),
+                a.strategy.c_str(), precision_name(a.settings.precision()), comm->size(), median(t.step_ms), median(t.step_cpu_ms),
                 per_rank.c_str(), median(t.fb_ms),
                 median(t.opt_ms), median(t.mb_sent), median(t.comm_ms), 100.0 * median(t.overlap),
                 static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
@@ -243,19 +242,14 @@ int run_bench_strategies(int argc, char** argv) {
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
   app.add_option("--strategy", a.strategy, "a strategy or all")->check(CLI::IsMember(strategy_choices))->capture_default_str();
-  CLI::Option* precision_opt = app.add_option("--precision", a.precision, "parameter precision")->check(CLI::IsMember(precision_names()))->capture_default_str();
-  app.add_option("--transport", a.transport, "auto (shm on one host), shm or tcp")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports))))
-      ->capture_default_str();
+  add_setting_flags(app, a.settings, {"precision", "transport"});
   CLI::Option* nproc_opt = add_number(app, "--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
   CLI::Option* batch_opt = add_number(app, "--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
   CLI::Option* seq_opt = add_number(app, "--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   add_number(app, "--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
   add_number(app, "--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
   add_number(app, "--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
-  CLI::Option* bucket_mb_opt = add_number(app, "--bucket-mb", a.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
-  CLI::Option* buckets_in_flight_opt = add_number(app, "--buckets-in-flight", a.buckets_in_flight, "zero2 staging pool")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  add_setting_flags(app, a.settings, {"bucket_mb", "buckets_in_flight"});
   app.add_flag("--buckets-per-unit", a.buckets_per_unit,
                "every strategy cuts its buckets at layer boundaries as zero3 does (same buckets: comparable hashes)");
   app.add_option("--trace", a.trace,
@@ -264,7 +258,7 @@ int run_bench_strategies(int argc, char** argv) {
                                                   "(default: the first three timed steps)");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
-  RZ_CHECK(buckets_in_flight_opt->count() == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
+  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
            "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
            a.strategy.c_str());
   if (!a.trace.empty()) {  // no timeline over the config or over anything but a regular file
@@ -280,12 +274,12 @@ int run_bench_strategies(int argc, char** argv) {
     // The config's values where no flag was given. Every rank re-reads the same file.
     TrainConfig tc;
     load_config_toml(tc, a.config);
-    if (precision_opt->count() == 0) a.precision = precision_name(tc.precision());
+    if (app.count("--precision") == 0) a.settings.precision_choice = tc.precision_choice;
     if (nproc_opt->count() == 0) a.nproc = tc.nproc_per_node;
     if (batch_opt->count() == 0) a.batch = tc.batch;
     if (seq_opt->count() == 0) a.seq = tc.seq;
-    if (bucket_mb_opt->count() == 0) a.bucket_mb = tc.bucket_mb;
-    if (buckets_in_flight_opt->count() == 0) a.buckets_in_flight = tc.buckets_in_flight;
+    if (app.count("--bucket-mb") == 0) a.settings.bucket_mb = tc.bucket_mb;
+    if (app.count("--buckets-in-flight") == 0) a.settings.buckets_in_flight = tc.buckets_in_flight;
   }
   if (launched_by_ringzero()) return bench_rank(a);
 
@@ -294,7 +288,7 @@ int run_bench_strategies(int argc, char** argv) {
   std::printf("bench-strategies: %s (L=%d C=%d NH=%d V=%d), B=%d T=%d, N=%d, %s, buckets %g MiB, %d warmup + %d "
               "timed steps (median)\n",
               a.config.empty() ? a.model.c_str() : a.config.c_str(), shape.num_layers, shape.channels,
-              shape.num_heads, shape.vocab_size, a.batch, a.seq, a.nproc, a.precision.c_str(), a.bucket_mb, a.warmup,
+              shape.num_heads, shape.vocab_size, a.batch, a.seq, a.nproc, precision_name(a.settings.precision()), a.settings.bucket_mb, a.warmup,
               a.steps);
   std::fflush(stdout);
 

@@ -34,6 +34,7 @@
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "cli/comm_precision.h"
+#include "train/config.h"
 
 namespace rz {
 namespace {
@@ -41,8 +42,8 @@ namespace {
 struct BenchArgs {
   std::string op = "all_reduce";
   int nproc = 2;
-  std::string transport = "auto";
-  std::string comm = "ring";
+  CommTransport transport = CommTransport::automatic;
+  TrainConfig settings;  // --comm, --comm-timeout and --comm-debug: rows of train's settings table
   std::string min_bytes = "8";
   std::string max_bytes = "64M";
   std::string dtype = "fp32";
@@ -50,13 +51,11 @@ struct BenchArgs {
   int iters = 20;
   int warmup = 5;
   bool json = false;
-  double timeout_s = 300;
   std::string segment = "1M";
   std::string device = "cpu";
   std::string host_memory = "auto";
   size_t flight_entries = kFlightEntriesDefault;
   std::string flight_dir;
-  bool comm_debug = false;
   bool check_precision = false;
   PrecisionCheckArgs precision;
 };
@@ -263,17 +262,32 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
   return wrong_total;
 }
 
+// --transport, read by comm's parse/name pair. Not train's row: comm-bench also runs ranks as
+// threads of one process (thread), which train's transport refuses.
+void add_transport_flag(CLI::App& app, CommTransport& transport) {
+  app.add_option_function<std::string>(
+         "--transport",
+         [&transport](const std::string& s) {
+           try {
+             transport = parse_comm_transport(s);
+           } catch (const Error& e) {  // "comm transport: expected ..." names the flag instead
+             const std::string msg = e.what();
+             RZ_FAIL("--transport:%s", msg.substr(msg.find(':') + 1).c_str());
+           }
+         },
+         "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
+      ->type_name("string")
+      ->default_str(comm_transport_name(transport))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
 // comm-bench's flags into a.
 void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
   app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
   add_number(app, "--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
-  app.add_option("--transport", a.transport, "auto (shm on one host), shm, tcp, or thread (ranks as threads)")
-      ->check(CLI::IsMember({"auto", "shm", "tcp", "thread"}))->capture_default_str();
-  app.add_option("--comm", a.comm,
-                 "ring (ringzero's collectives), mpi (the MPI library; start with mpirun -np N) or nccl (GPU "
-                 "buffers, needs --device cuda; " RZ_GPU_STATUS ")")
-      ->check(CLI::IsMember({"ring", "mpi", "nccl"}))->capture_default_str();
+  add_transport_flag(app, a.transport);
+  add_setting_flags(app, a.settings, {"comm"});
   app.add_option("--device", a.device,
                  "where the buffers live: cpu, or cuda / cuda:K (GPU buffers: --comm nccl, or --comm ring over its cuda "
                  "transport, CUDA IPC between ranks on one host, several may share a GPU, staged over tcp with --transport tcp; segment 16M unless --segment-bytes; cuda "
@@ -287,8 +301,7 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
   add_number(app, "--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
   add_number(app, "--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--segment-bytes", a.segment, "ring pipeline segment (K, M or KiB, MiB: binary; KB, MB: decimal)")->capture_default_str();
-  add_number(app, "--comm-timeout", a.timeout_s, "seconds any wait may take before it is an error (env RINGZERO_COMM_TIMEOUT)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  add_setting_flags(app, a.settings, {"comm_timeout"});
   app.add_option("--host-memory", a.host_memory,
                  "host tensors: auto (in shared memory the peers read in place where the transport can, as "
                  "zero1/zero2's parameters are; shm with direct reads) or private (ordinary memory)")
@@ -298,7 +311,7 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
                  "collectives each rank's flight recorder keeps (0: none; comm/debug/flight_recorder.h)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   app.add_option("--flight-dir", a.flight_dir, "where a rank writes its flight record on a comm error or SIGUSR1");
-  app.add_flag("--comm-debug", a.comm_debug, "compare every collective's fingerprint across ranks first (RINGZERO_COMM_DEBUG=1)");
+  add_setting_flags(app, a.settings, {"comm_debug"});
   app.add_flag("--check-precision", a.check_precision,
                "instead of timing: the relative error of ring ReduceScatter and AllReduce in bf16 and fp32 against "
                "fp64, on real gradients of --config's model, for every --ranks N (thread ranks); --json for `ringzero "
@@ -356,37 +369,38 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(min_b <= max_b, "--min-bytes %zu is larger than --max-bytes %zu", min_b, max_b);
   RZ_CHECK(seg >= 4, "--segment-bytes: expected at least 4, found %zu", seg);
   CommOptions opts;
-  opts.backend = parse_comm_backend(a.comm);
-  opts.transport = parse_comm_transport(a.transport);
-  opts.timeout_s = a.timeout_s;
+  const CommBackend comm_backend = a.settings.comm;
+  opts.backend = comm_backend;
+  opts.transport = a.transport;
+  opts.timeout_s = a.settings.comm_timeout;
   opts.segment_bytes = seg;
   opts.flight_entries = a.flight_entries;
   opts.flight_dir = a.flight_dir;
-  opts.debug = a.comm_debug;
+  opts.debug = a.settings.comm_debug;
 
-  RZ_CHECK(a.comm != "mpi" || a.transport != "thread", "comm-bench: --comm mpi runs ranks as processes under mpirun, "
+  RZ_CHECK(comm_backend != CommBackend::mpi || a.transport != CommTransport::thread, "comm-bench: --comm mpi runs ranks as processes under mpirun, "
            "not as threads (drop --transport thread)");
-  RZ_CHECK(a.comm != "nccl" || a.transport != "thread", "comm-bench: --comm nccl runs ranks as processes, one per "
+  RZ_CHECK(comm_backend != CommBackend::nccl || a.transport != CommTransport::thread, "comm-bench: --comm nccl runs ranks as processes, one per "
            "GPU, not as threads (drop --transport thread)");
   // Flags the chosen backend never reads.
-  RZ_CHECK(a.comm != "mpi" || app.count("--nproc") == 0,
+  RZ_CHECK(comm_backend != CommBackend::mpi || app.count("--nproc") == 0,
            "--nproc: does nothing with --comm mpi (mpirun -np N starts the ranks)");
-  RZ_CHECK(a.comm == "ring" || app.count("--segment-bytes") == 0,
-           "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", a.comm.c_str());
-  RZ_CHECK(a.comm == "ring" || app.count("--transport") == 0,
-           "--transport: does nothing with --comm %s (mpi and nccl bring their own)", a.comm.c_str());
+  RZ_CHECK(comm_backend == CommBackend::ring || app.count("--segment-bytes") == 0,
+           "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", comm_backend_name(comm_backend));
+  RZ_CHECK(comm_backend == CommBackend::ring || app.count("--transport") == 0,
+           "--transport: does nothing with --comm %s (mpi and nccl bring their own)", comm_backend_name(comm_backend));
   const Device device = parse_device(a.device);
-  RZ_CHECK(device.is_cpu() || a.comm != "mpi",
+  RZ_CHECK(device.is_cpu() || comm_backend != CommBackend::mpi,
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());
-  RZ_CHECK(!device.is_cpu() || a.comm != "nccl", "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
-  const bool cuda_ring = a.comm == "ring" && !device.is_cpu();
+  RZ_CHECK(!device.is_cpu() || comm_backend != CommBackend::nccl, "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
+  const bool cuda_ring = comm_backend == CommBackend::ring && !device.is_cpu();
   // --device sim (tests): the GPU path on the simulated device, nccl and the cuda
   // transport over their simulated calls.
   const bool sim = device.kind == DeviceKind::sim;
   const bool indexed = a.device.find(':') != std::string::npos;  // cuda:K / sim:K: every rank on K
   opts.sim_device = sim;
   if (cuda_ring) {
-    RZ_CHECK(a.transport != "thread", "comm-bench: --device %s with --comm ring runs ranks as processes (CUDA IPC "
+    RZ_CHECK(a.transport != CommTransport::thread, "comm-bench: --device %s with --comm ring runs ranks as processes (CUDA IPC "
              "between them), not as threads (drop --transport thread)", a.device.c_str());
     const std::string why = sim ? std::string() : cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
@@ -394,12 +408,12 @@ int run_comm_bench(int argc, char** argv) {
     if (app.count("--segment-bytes") == 0) opts.segment_bytes = kCudaDefaultSegmentBytes;
     if (indexed) opts.cuda_device = device.index;
   }
-  if (a.comm == "nccl") {
+  if (comm_backend == CommBackend::nccl) {
     const std::string why = sim ? std::string() : nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
     if (indexed) opts.cuda_device = device.index;
   }
-  if (a.comm == "mpi") {
+  if (comm_backend == CommBackend::mpi) {
     // mpirun started the ranks; --nproc is not used.
     RankEnv env = rank_env_from_environment();
     auto comm = connect_communicator(env, opts);
@@ -407,7 +421,7 @@ int run_comm_bench(int argc, char** argv) {
     if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
     return wrong == 0 ? 0 : 1;
   }
-  if (a.transport == "thread") return run_thread_ranks(a, opts, min_b, max_b, seg);
+  if (a.transport == CommTransport::thread) return run_thread_ranks(a, opts, min_b, max_b, seg);
   if (!launched_by_ringzero() && a.nproc > 1) {
     std::vector<std::string> child{self_executable()};
     for (int i = 0; i < argc; ++i) child.push_back(argv[i]);
@@ -420,7 +434,7 @@ int run_comm_bench(int argc, char** argv) {
            "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.nproc);
   BenchMemory mem;
   std::unique_ptr<Backend> backend;
-  if (a.comm == "nccl" || cuda_ring) {
+  if (comm_backend == CommBackend::nccl || cuda_ring) {
     const int gpu = cuda_ring ? cuda_ring_device_for(env, opts) : nccl_device_for(env, opts);
     backend = make_backend(Device{device.kind, gpu});
     mem.dev = backend.get();

@@ -42,17 +42,15 @@ struct MemoryArgs {
   int batch = 1;
   double params = 0.0;
   std::vector<int> nranks;
-  std::string precision = precision_choice_name(TrainConfig{}.precision_choice);  // train's default
   std::string strategy = "all";
-  double bucket_mb = StrategyOptions{}.bucket_mb;
-  int buckets_in_flight = StrategyOptions{}.buckets_in_flight;
   std::string recompute = "none";
-  std::string attention = "materialized";
   std::string budget;
   std::string device = "cpu";
   int threads = 1;
-  std::string grad_reduce_dtype = "auto";
   bool json = false;
+  // --precision, --attention, --bucket-mb, --buckets-in-flight and --grad-reduce-dtype: rows
+  // of train's settings table, with train's defaults.
+  TrainConfig settings;
   bool recompute_given = false;  // --recompute was on the command line
 
   // A GPT-2 shape was given (the planner), else a bare --params count.
@@ -129,31 +127,22 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       ->check(CLI::Range(1, 1 << 20));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
-  app.add_option("--precision", a.precision,
-                 "fp32, bf16 (mixed precision) or auto (what train's auto runs as here on --device); the default is train's")
-      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))->capture_default_str();
+  add_setting_flags(app, a.settings, {"precision"});
   app.add_option("--strategy", a.strategy, "a strategy or all")
       ->check(CLI::IsMember(strategy_choices))->capture_default_str();
-  add_number(app, "--bucket-mb", a.bucket_mb, "gradient bucket size in MiB (zero2 staging)")->capture_default_str();
-  add_number(app, "--buckets-in-flight", a.buckets_in_flight, "zero2 staging buffers besides wte's")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  add_setting_flags(app, a.settings, {"bucket_mb", "buckets_in_flight"});
   std::vector<std::string> recompute_choices = recompute_names();
   recompute_choices.emplace_back("all");
   app.add_option("--recompute", a.recompute,
                  "activations kept: none, gelu, layer (or all: one row each); --budget tries all unless given")
       ->check(CLI::IsMember(recompute_choices));
-  app.add_option("--attention", a.attention,
-                 "what attention keeps: materialized ((T, T) per head and layer) or flash (one float per row)")
-      ->check(CLI::IsMember(attention_names()))->capture_default_str();
+  add_setting_flags(app, a.settings, {"attention"});
   app.add_option("--budget", a.budget, "memory per rank, e.g. 80GB (1e9 bytes) or 24GiB / 24G (2^30 bytes): print the largest micro-batch that fits");
   app.add_option("--device", a.device, "cpu (count the CPU kernels' scratch) or cuda (it allocates none of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   add_number(app, "--threads", a.threads, "OpenMP threads per rank (CPU attention scratch is per thread)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--grad-reduce-dtype", a.grad_reduce_dtype,
-                 "bf16 runs: the dtype gradient buckets travel and are summed in (fp32: plus its reduce buffers; "
-                 "auto: the precision's)")
-      ->check(CLI::IsMember({"auto", "bf16", "fp32"}))->capture_default_str();
+  add_setting_flags(app, a.settings, {"grad_reduce_dtype"});
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
   if (!parse_command_line(app, argc, argv)) return false;
   RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
@@ -199,13 +188,13 @@ struct MemoryQuery {
       in.cfg = cfg;
       in.precision = prec;
       in.recompute = rc;
-      in.attention = parse_attention(a.attention);
+      in.attention = a.settings.attention;
       in.kind = k;
       in.nranks = n;
       in.batch = a.batch;
       in.seq = T;
-      in.bucket_mb = a.bucket_mb;
-      in.buckets_in_flight = a.buckets_in_flight;
+      in.bucket_mb = a.settings.bucket_mb;
+      in.buckets_in_flight = a.settings.buckets_in_flight;
       in.cpu = a.device == "cpu";
       in.threads = a.threads;
       in.grad_reduce_fp32 = wide;
@@ -216,10 +205,10 @@ struct MemoryQuery {
 // The shape, precision, strategies and modes the (checked) flags ask for.
 MemoryQuery resolve_query(const MemoryArgs& a) {
   const bool shape = a.shape();
-  const Precision prec = resolve_precision(parse_precision_choice(a.precision), parse_device_spec(a.device));
-  RZ_CHECK(a.grad_reduce_dtype != "bf16" || prec == Precision::bf16,
+  const Precision prec = resolve_precision(a.settings.precision_choice, parse_device_spec(a.device));
+  RZ_CHECK(a.settings.grad_reduce_dtype != "bf16" || prec == Precision::bf16,
            "--grad-reduce-dtype: bf16 needs --precision bf16 (fp32 gradients are reduced in fp32)");
-  const bool wide = prec == Precision::bf16 && a.grad_reduce_dtype == "fp32";
+  const bool wide = prec == Precision::bf16 && a.settings.grad_reduce_dtype == "fp32";
   std::vector<StrategyKind> kinds;
   if (a.strategy == "all")
     kinds.assign(std::begin(kStrategyKinds), std::end(kStrategyKinds));
@@ -321,7 +310,7 @@ std::vector<Row> strategy_rows(const MemoryQuery& q) {
         // The plan and pools the strategy would build (zero/memory/formula.h).
         StagingPool pool;
         const ExactStateBytes e =
-            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, false, &pool,
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.settings.bucket_mb, a.settings.buckets_in_flight, false, &pool,
                                   wide);
         for (Recompute rc : recomputes) r.plans.push_back(plan_memory(q.plan_input(k, n, rc)));
         r.staging_buffers = pool.general;
@@ -329,7 +318,7 @@ std::vector<Row> strategy_rows(const MemoryQuery& q) {
         r.wide = static_cast<double>(e.wide);
         r.gathered = static_cast<double>(e.gathered);
         const ExactStateBytes f =
-            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.bucket_mb, a.buckets_in_flight, true);
+            predicted_state_bytes(layout, cfg.num_layers, k, prec, n, a.settings.bucket_mb, a.settings.buckets_in_flight, true);
         r.states_fp32_shard = static_cast<double>(f.total() - f.staging - f.gathered);
         r.exact = e;
         r.staging = static_cast<double>(e.staging);
@@ -360,7 +349,7 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
                   {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
                   {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
     j["recompute"] = recompute_name(recomputes[0]);
-    j["attention"] = a.attention;
+    j["attention"] = attention_name(a.settings.attention);
   }
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -418,7 +407,7 @@ void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
   if (shape)
     std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
                 cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-                cfg.max_seq_len, P, precision_name(prec), a.batch, T, a.attention.c_str(), a.device.c_str());
+                cfg.max_seq_len, P, precision_name(prec), a.batch, T, attention_name(a.settings.attention), a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", P, precision_name(prec));
   std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s%s\n\n",

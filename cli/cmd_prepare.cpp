@@ -7,6 +7,7 @@
 #include "data/prepare.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
+#include "train/config.h"
 
 namespace rz {
 namespace {
@@ -14,6 +15,7 @@ namespace {
 int run_prepare(int argc, char** argv) {
   PrepareOptions opt;
   bool quiet = false;
+  TrainConfig settings;  // --gpt2-dir: the row of train's settings table
   CLI::App app{
       "Tokenize text files into llm.c token shards: OUT/train_000000.bin ..., OUT/val_000000.bin ...,\n"
       "OUT/tokenizer.bin (llm.c's format, for decoding) and OUT/meta.json. Each input file is a\n"
@@ -27,7 +29,7 @@ int run_prepare(int argc, char** argv) {
       ->expected(1, -1);
   app.add_option("--tokenizer", opt.tokenizer, "byte (256 bytes + EOT) or gpt2 (needs --gpt2-dir)")
       ->capture_default_str();
-  app.add_option("--gpt2-dir", opt.gpt2_dir, "directory holding GPT-2's encoder.json and vocab.bpe");
+  add_setting_flags(app, settings, {"gpt2_dir"});
   app.add_option("--out", opt.out_dir, "output directory (created if missing)")->required();
   add_number(app, "--val-fraction", opt.val_fraction,
                  "chance that a document goes to val; 0 puts everything in train, in input order")
@@ -42,6 +44,7 @@ int run_prepare(int argc, char** argv) {
            "--gpt2-dir: does nothing without --tokenizer gpt2 (only the GPT-2 tokenizer reads it)");
   RZ_CHECK(app.count("--seed") == 0 || opt.val_fraction > 0,
            "--seed: does nothing with --val-fraction 0 (it seeds the train/val draw; every document goes to train)");
+  opt.gpt2_dir = settings.gpt2_dir;
   opt.progress = !quiet;
   PrepareStats s = prepare_dataset(opt);
   std::printf("prepare: %zu files, %.2f MB of text in %.2f s (%.1f MB/s; %.2f s CPU, %.1f MB per CPU "

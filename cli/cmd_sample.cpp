@@ -13,16 +13,17 @@
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
+#include "train/config.h"
 #include "train/generate.h"
 
 namespace rz {
 namespace {
 
 int run_sample(int argc, char** argv) {
-  std::string model_path, tokenizer_spec = "byte", gpt2_dir, prompt, precision = "fp32", device = "cpu";
+  std::string model_path, tokenizer_spec = "byte", prompt;
+  TrainConfig settings;  // --gpt2-dir, --seed, --precision and --device: rows of train's settings table
   int n_tokens = 64, top_k = 0;
   float temperature = 1.0f;
-  uint64_t seed = 1337;
   int window = 0;
   CLI::App app{
       "Generate text from a model: encode --prompt (an empty prompt starts from the end-of-text\n"
@@ -34,17 +35,16 @@ int run_sample(int argc, char** argv) {
                  "llm.c model file, or a checkpoint directory holding model.bin")->required();
   app.add_option("--tokenizer", tokenizer_spec, "byte, gpt2 (with --gpt2-dir) or a path to an llm.c tokenizer.bin")
       ->capture_default_str();
-  app.add_option("--gpt2-dir", gpt2_dir, "directory with GPT-2's encoder.json and vocab.bpe");
+  add_setting_flags(app, settings, {"gpt2_dir"});
   app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
   add_number(app, "--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   add_number(app, "--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
   add_number(app, "--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  add_number(app, "--seed", seed, "random seed")->capture_default_str();
+  add_setting_flags(app, settings, {"seed"});
   add_number(app, "--window", window,
                  "context of each forward, in tokens (0: the model's maxT); use the seq it was trained at")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--precision", precision, "compute precision: fp32 or bf16")->capture_default_str();
-  app.add_option("--device", device, "cpu, cuda, cuda:K or sim (the simulated device, for tests)")->capture_default_str();
+  add_setting_flags(app, settings, {"precision", "device"});
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(app.count("--gpt2-dir") == 0 || tokenizer_spec == "gpt2",
            "--gpt2-dir: does nothing without --tokenizer gpt2 (only the GPT-2 tokenizer reads it)");
@@ -54,20 +54,20 @@ int run_sample(int argc, char** argv) {
   struct stat st;
   if (::stat(model_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) model_path += "/model.bin";
   ModelFile mf = read_model_file(model_path);
-  auto tok = make_tokenizer(tokenizer_spec, gpt2_dir);
+  auto tok = make_tokenizer(tokenizer_spec, settings.gpt2_dir);
   RZ_CHECK(tok->vocab_size() <= mf.cfg.vocab_size,
            "--tokenizer %s has %d tokens but the model %s only %d: they do not belong together",
            tokenizer_spec.c_str(), tok->vocab_size(), model_path.c_str(), mf.cfg.vocab_size);
   ModelOptions mo;
-  mo.precision = parse_precision(precision);
-  mo.device = parse_device(device);
+  mo.precision = settings.precision();
+  mo.device = settings.device.device();
   GPT2 model(mf.cfg, mo);
   model.set_params_f32(mf.params.data());
 
   std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
-  SampleRng rng{seed};
+  SampleRng rng{settings.seed};
   RZ_CHECK(window <= mf.cfg.max_seq_len, "--window %d: the model %s has only %d positions (maxT)", window,
            model_path.c_str(), mf.cfg.max_seq_len);
   generate_tokens(model, std::move(tokens), n_tokens, window > 0 ? window : mf.cfg.max_seq_len, tok->vocab_size(), temperature, top_k, rng,

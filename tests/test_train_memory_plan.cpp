@@ -197,7 +197,7 @@ TEST_CASE("a byte size means the same bytes to memory --budget and comm-bench --
 }
 
 TEST_CASE("memory's default precision is train's") {
-  const std::string train_default = precision_name(TrainConfig{}.precision);
+  const std::string train_default = precision_name(TrainConfig{}.precision());
   CHECK(train_default == "fp32");
   for (const char* shape : {"--model tiny", "--params 7e9"}) {
     const auto r = run_ringzero(std::string("memory --nranks 2 --json ") + shape);
