@@ -1,4 +1,6 @@
-// train/config.cpp: the settings table behind TrainConfig, TOML loading, flags, validation.
+// train/config.cpp: the settings table behind TrainConfig, its values from text and TOML,
+// flags, validation. Reading a TOML file (its size, its characters, its syntax errors) is
+// train/config_toml.cpp's.
 //
 // Every key is described once, in kSettings below: its name, the field it sets, the values
 // it allows and its help line. The TOML loader, the CLI11 flags, the per-key checks, --help
@@ -10,15 +12,7 @@
 // check.
 #include "train/config.h"
 
-// toml++ 3.3's parser asserts that a table header begins with a key character (TOML_ASSERT_
-// ASSUME: assert() in debug builds, a compiler assumption under NDEBUG with clang), which
-// `[/x]` breaks; the error path right after it names the character. So that check is off:
-// a bad config is a one-line error, never an abort (debug and fuzz builds) or undefined
-// behaviour. (Its preprocessor header is include-once: the definition below stays.)
-#include <toml++/impl/preprocessor.h>
-#undef TOML_ASSERT_ASSUME
-#define TOML_ASSERT_ASSUME(expr) static_assert(true)
-#include <toml++/toml.h>
+#include "train/config_table.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -488,167 +482,27 @@ std::string get_config_value(const TrainConfig& cfg, const std::string& key) {
   return std::visit([&](auto member) { return to_text(cfg.*member); }, k->field);
 }
 
-namespace {
+namespace config_table {
 
-constexpr size_t kMaxConfigBytes = size_t(1) << 20;  // a config is a few dozen lines
-
-// The config's bytes, read through open_input_file (a FIFO cannot block it), at most
-// kMaxConfigBytes of them.
-std::string read_config_text(const std::string& path) {
-  const int fd = open_input_file(path, "config file");
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      RZ_FAIL("%s: cannot read config file (%s)", path.c_str(), std::strerror(err));
-    }
-    if (n == 0) break;
-    text.append(buf, size_t(n));
-    if (text.size() > kMaxConfigBytes) {
-      ::close(fd);
-      RZ_FAIL("%s: config file larger than %zu bytes (a config is a list of key = value lines)", path.c_str(),
-              kMaxConfigBytes);
-    }
-  }
-  ::close(fd);
-  return text;
+const char* setting_name(const std::string& key) {
+  const Setting* k = find_setting(key);
+  return k != nullptr ? k->name : nullptr;
 }
 
-// Why toml++ is given ASCII only: toml++ 3.3 (Debian 12's) reaches __builtin_unreachable,
-// undefined behaviour, when it classifies some non-ASCII characters as whitespace or not,
-// which its parser does wherever it scans ahead, inside a string of a malformed line too (the
-// fuzzer found both). For ASCII that code never runs. So the config's text is rewritten with
-// its lines kept (errors name the same line): in "..." strings a non-ASCII character becomes
-// its \uXXXX (\UXXXXXXXX) escape, the same string to TOML; in comments a space; anywhere
-// else (TOML 1.0 allows it nowhere else), and in '...' strings, which have no escapes, it is
-// an error naming the line. Bytes that are not UTF-8 are an error too.
-std::string ascii_toml_text(const std::string& text, const std::string& path) {
-  enum { code, comment, basic, literal, ml_basic, ml_literal } st = code;
-  unsigned line = 1;
-  std::string out;
-  out.reserve(text.size());
-  auto fail = [&](const char* what) { RZ_FAIL("%s:%u: TOML syntax error: %s", path.c_str(), line, what); };
-  // The length of the run of quote characters q starting at i.
-  auto run_of = [&](size_t i, char q) {
-    size_t n = 0;
-    while (i + n < text.size() && text[i + n] == q) ++n;
-    return n;
-  };
-  // A UTF-8 byte order mark (some editors write one) is no text: TOML allows it first.
-  const size_t start = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
-  for (size_t i = start; i < text.size(); ++i) {
-    const char c = text[i];
-    const bool ascii = static_cast<unsigned char>(c) < 0x80;
-    if (c == '\n') {
-      ++line;
-      if (st == comment || st == basic || st == literal) st = code;  // single-line forms end here
-      out += c;
-      continue;
-    }
-    switch (st) {
-      case code:
-        if (!ascii) fail("a non-ASCII character outside a string or a comment");
-        out += c;
-        if (c == '#') {
-          st = comment;
-        } else if (c == '"' || c == '\'') {
-          const bool multi = run_of(i, c) >= 3;
-          st = c == '"' ? (multi ? ml_basic : basic) : (multi ? ml_literal : literal);
-          if (multi) {
-            out.append(2, c);
-            i += 2;
-          }
-        }
-        break;
-      case comment:
-        out += ascii ? c : ' ';
-        break;
-      case basic:
-      case ml_basic:
-        if (!ascii) {
-          int len = 1;
-          const uint32_t cp = unicode::decode_utf8(reinterpret_cast<const unsigned char*>(text.data()) + i, text.size() - i, &len);
-          if (cp == unicode::kInvalid) fail("bytes that are not UTF-8 in a string");
-          out += strfmt(cp > 0xFFFF ? "\\U%08X" : "\\u%04X", static_cast<unsigned>(cp));
-          i += size_t(len) - 1;
-        } else if (c == '\\') {
-          out += c;
-          if (i + 1 < text.size() && text[i + 1] != '\n') {  // the escaped character
-            if (static_cast<unsigned char>(text[i + 1]) >= 0x80) fail("a backslash before a non-ASCII character");
-            out += text[++i];
-          }
-        } else if (c == '"' && st == basic) {
-          out += c;
-          st = code;
-        } else if (c == '"') {  // up to two quotes of the content, then the closing three
-          const size_t n = run_of(i, '"');
-          if (n >= 3) st = code;
-          out.append(n, '"');
-          i += n - 1;
-        } else {
-          out += c;
-        }
-        break;
-      case literal:
-      case ml_literal:
-        if (!ascii) fail("a non-ASCII character in a '...' string (which has no escapes): write it in a \"...\" string");
-        if (c == '\'' && st == literal) {
-          st = code;
-        } else if (c == '\'') {
-          const size_t n = run_of(i, '\'');
-          if (n >= 3) st = code;
-          out.append(n - 1, '\'');
-          i += n - 1;
-        }
-        out += c;
-        break;
-    }
-  }
-  return out;
+void set_from_toml(TrainConfig& cfg, const char* name, const toml::node& node) {
+  const Setting* k = find_setting(name);
+  RZ_CHECK(k != nullptr, "unknown config key '%s'", name);
+  naming_key(k->name, [&] {
+    if (std::holds_alternative<Resume TrainConfig::*>(k->field) && node.is_boolean())  // resume = true / false
+      cfg.resume = *node.value<bool>() ? Resume::yes : Resume::no;
+    else
+      std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
+    check_allowed(cfg, *k);
+  });
 }
 
-}  // namespace
+}  // namespace config_table
 
-void load_config_toml(TrainConfig& cfg, const std::string& path) {
-  // A FIFO would block the read forever and a directory would read as an empty file (a run
-  // with every default): anything but a regular file is refused before it is opened.
-  check_input_file(path, "config file");
-  const std::string text = ascii_toml_text(read_config_text(path), path);
-  toml::table tbl;
-  try {
-    tbl = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    const auto& src = e.source();
-    if (src.begin.line == 0)  // the file could not be opened
-      RZ_FAIL("%s: cannot read config file (%s)", path.c_str(), std::string(e.description()).c_str());
-    RZ_FAIL("%s:%u: TOML syntax error: %s", path.c_str(), static_cast<unsigned>(src.begin.line),
-            std::string(e.description()).c_str());
-  }
-  for (auto&& [key_view, value_node] : tbl) {
-    const std::string key(key_view.str());
-    const toml::node& node = value_node;  // a plain reference: clang 14's lambdas cannot capture a binding
-    const unsigned line = static_cast<unsigned>(node.source().begin.line);
-    const Setting* k = find_setting(key);
-    RZ_CHECK(k != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
-             path.c_str(), line, key.c_str());
-    cfg.origins[k->name] = TrainConfig::Origin::toml;
-    try {
-      naming_key(key.c_str(), [&] {
-        if (std::holds_alternative<Resume TrainConfig::*>(k->field) && node.is_boolean())  // resume = true / false
-          cfg.resume = *node.value<bool>() ? Resume::yes : Resume::no;
-        else
-          std::visit([&](auto member) { from_toml(cfg.*member, node, kind_of(k->field)); }, k->field);
-        check_allowed(cfg, *k);
-      });
-    } catch (const Error& e) {
-      RZ_FAIL("%s:%u: %s", path.c_str(), line, e.what());
-    }
-  }
-}
 
 namespace {
 
