@@ -100,6 +100,8 @@ class Trainer {
   void write_rank_files(const std::string& dir, int step);
   bool stop_agreed();
   void check_precision_agrees();
+  CommOptions comm_options(bool sim_device) const;
+  void count_skips(StepRecord& rec);
   int stop_after(int step);
   void memory_report();
   bool rank0() const { return rank_ == 0; }
@@ -145,6 +147,28 @@ class Trainer {
   int skips_total_ = 0;
   void arm_spike_guard();
 };
+
+// The communicator the run's settings ask for, on this rank's device.
+CommOptions Trainer::comm_options(bool sim_device) const {
+  CommOptions copts;
+  copts.backend = cfg_.comm;
+  copts.transport = cfg_.transport;
+  copts.timeout_s = cfg_.comm_timeout;
+  copts.debug = cfg_.comm_debug;
+  copts.flight_dir = resolve_flight_dir(cfg_);
+  copts.flight_entries = static_cast<size_t>(cfg_.flight_entries);
+  copts.flight_watchdog_s = cfg_.flight_watchdog;
+  if (!device_.is_cpu()) {
+    // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
+    // collective follows the legacy default stream, which orders it after the CUDA
+    // backend's (blocking) compute stream: backward's writes to a bucket, AdamW before the
+    // parameter all-gather.
+    copts.device_buffers = true;
+    copts.cuda_device = device_.index;
+    copts.sim_device = sim_device;
+  }
+  return copts;
+}
 
 void Trainer::setup() {
   env_ = rank_env_from_environment();
@@ -225,24 +249,7 @@ void Trainer::setup() {
 
   if (!cfg_.save_dir.empty()) check_save_dir();
 
-  CommOptions copts;
-  copts.backend = cfg_.comm;
-  copts.transport = cfg_.transport;
-  copts.timeout_s = cfg_.comm_timeout;
-  copts.debug = cfg_.comm_debug;
-  copts.flight_dir = resolve_flight_dir(cfg_);
-  copts.flight_entries = static_cast<size_t>(cfg_.flight_entries);
-  copts.flight_watchdog_s = cfg_.flight_watchdog;
-  if (!device_.is_cpu()) {
-    // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
-    // collective follows the legacy default stream, which orders it after the CUDA
-    // backend's (blocking) compute stream: backward's writes to a bucket, AdamW before the
-    // parameter all-gather.
-    copts.device_buffers = true;
-    copts.cuda_device = device_.index;
-    copts.sim_device = sim_device;
-  }
-  comm_ = connect_communicator(env_, copts);
+  comm_ = connect_communicator(env_, comm_options(sim_device));
   if (cfg_.precision_choice == PrecisionChoice::automatic && world_ > 1 && device_.is_cpu()) check_precision_agrees();
 
   ModelOptions mopts{precision_, cfg_.recompute, device_};
@@ -559,6 +566,24 @@ void Trainer::memory_report() {
   }
 }
 
+// A skipped step (non-finite loss, or a spike) counts against max_consecutive_skips; an
+// accepted one resets the run of them. Fills rec.skips_total.
+void Trainer::count_skips(StepRecord& rec) {
+  if (rec.skipped || rec.spike) {
+    ++skips_total_;
+    RZ_CHECK(++skipped_in_a_row_ < cfg_.max_consecutive_skips,
+             "step %d: %d steps in a row were skipped (%s; max_consecutive_skips %d): the model is not "
+             "recovering, stopping",
+             rec.step, skipped_in_a_row_,
+             rec.spike ? strfmt("the last one a %s spike, z %.2f", cfg_.spike_metric.c_str(), rec.spike_z).c_str()
+                       : strfmt("the last one's loss %s", std::isnan(rec.loss) ? "NaN" : "inf").c_str(),
+             cfg_.max_consecutive_skips);
+  } else {
+    skipped_in_a_row_ = 0;
+  }
+  rec.skips_total = skips_total_;
+}
+
 int Trainer::run() {
   setup();
   if (cfg_.resuming()) resume();
@@ -628,19 +653,7 @@ int Trainer::run() {
       rec.spike = st.skipped;
       rec.spike_z = spike_z_;
     }
-    if (rec.skipped || rec.spike) {
-      ++skips_total_;
-      RZ_CHECK(++skipped_in_a_row_ < cfg_.max_consecutive_skips,
-               "step %d: %d steps in a row were skipped (%s; max_consecutive_skips %d): the model is not "
-               "recovering, stopping",
-               s + 1, skipped_in_a_row_,
-               rec.spike ? strfmt("the last one a %s spike, z %.2f", cfg_.spike_metric.c_str(), rec.spike_z).c_str()
-                         : strfmt("the last one's loss %s", std::isnan(rec.loss) ? "NaN" : "inf").c_str(),
-               cfg_.max_consecutive_skips);
-    } else {
-      skipped_in_a_row_ = 0;
-    }
-    rec.skips_total = skips_total_;
+    count_skips(rec);
     const double step_s = seconds_since(t0);
     rec.step_ms = step_s * 1e3;
     rec.tokens_per_s = tokens_per_step / step_s;
