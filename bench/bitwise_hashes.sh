@@ -8,6 +8,8 @@
 #   d12   the GPT-2 d12 shape (byte vocabulary), B4 T64, 2 ranks, 3 steps, each strategy
 #
 #   bash bench/bitwise_hashes.sh [BUILD_DIR]   # default build; writes under a temp dir
+#   MAIN_EXTRA="--warmup 10" bash bench/bitwise_hashes.sh   # flags for the main run only (to match
+#                                                         # a checkout whose configs/tiny.toml differs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rz=${1:-build}/ringzero
@@ -39,7 +41,7 @@ run() {  # NAME ARGS...: one training run into $work/NAME
   fingerprint "$name"
 }
 
-run main configs/tiny.toml --nproc-per-node 2 --strategy zero2 --steps 40 --eval-every 20 --sample-every 40
+run main configs/tiny.toml --nproc-per-node 2 --strategy zero2 --steps 40 --eval-every 20 --sample-every 40 ${MAIN_EXTRA:-}
 for s in ddp zero1 zero2 zero3; do
   run "d12-$s" --model d12 --batch 4 --seq 64 --steps 3 --nproc-per-node 2 --strategy "$s" \
     --eval-every 3 --eval-batches 1 --sample-every 3 --sample-tokens 16

@@ -332,24 +332,16 @@ std::vector<Row> strategy_rows(const MemoryQuery& q) {
 
 // The rows as one JSON object (`ringzero plot memory --estimate` reads it).
 void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
-  const MemoryArgs& a = q.a;
-  const bool shape = q.shape;
-  const GPT2Config& cfg = q.cfg;
-  const double P = q.P;
-  const int T = q.T;
-  const Precision prec = q.prec;
-  const bool wide = q.wide;
-  const std::vector<Recompute>& recomputes = q.recomputes;
   nlohmann::json j;
-  j["precision"] = precision_name(prec);
-  j["grad_reduce_dtype"] = wide || prec == Precision::fp32 ? "fp32" : "bf16";
-  j["params"] = P;
-  if (shape) {
-    j["model"] = {{"layers", cfg.num_layers}, {"channels", cfg.channels}, {"heads", cfg.num_heads},
-                  {"vocab", cfg.vocab_size}, {"padded_vocab", cfg.padded_vocab_size},
-                  {"max_seq_len", cfg.max_seq_len}, {"batch", a.batch}, {"seq", T}};
-    j["recompute"] = recompute_name(recomputes[0]);
-    j["attention"] = attention_name(a.settings.attention);
+  j["precision"] = precision_name(q.prec);
+  j["grad_reduce_dtype"] = q.wide || q.prec == Precision::fp32 ? "fp32" : "bf16";
+  j["params"] = q.P;
+  if (q.shape) {
+    j["model"] = {{"layers", q.cfg.num_layers}, {"channels", q.cfg.channels}, {"heads", q.cfg.num_heads},
+                  {"vocab", q.cfg.vocab_size}, {"padded_vocab", q.cfg.padded_vocab_size},
+                  {"max_seq_len", q.cfg.max_seq_len}, {"batch", q.a.batch}, {"seq", q.T}};
+    j["recompute"] = recompute_name(q.recomputes[0]);
+    j["attention"] = attention_name(q.a.settings.attention);
   }
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows) {
@@ -362,16 +354,16 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
                      {"gathered_bytes", r.gathered},
                      {"model_states_grad_shard_fp32_bytes", r.states_fp32_shard}};
     // Bytes per tag as base/memory.h names them (comm: zero2's staging), for `ringzero plot memory`.
-    auto tag = [&](size_t exact, double per_param) { return shape ? double(exact) : P * per_param; };
+    auto tag = [&](size_t exact, double per_param) { return q.shape ? double(exact) : q.P * per_param; };
     o["bytes_by_tag"] = {{"params", tag(r.exact.params, r.ringzero.params)},
                          {"grads", tag(r.exact.grads, r.ringzero.grads)},
                          {"master", tag(r.exact.master, r.ringzero.master)},
                          {"adam_m", tag(r.exact.adam_m, r.ringzero.adam_m)},
                          {"adam_v", tag(r.exact.adam_v, r.ringzero.adam_v)},
-                         {"comm", shape ? r.staging + r.wide + double(r.plans[0].ring_work) : 0.0},
-                         {"activations", shape ? r.activations : 0.0},
-                         {"workspace", shape ? double(r.plans[0].kernel_scratch) : 0.0}};
-    if (shape) {
+                         {"comm", q.shape ? r.staging + r.wide + double(r.plans[0].ring_work) : 0.0},
+                         {"activations", q.shape ? r.activations : 0.0},
+                         {"workspace", q.shape ? double(r.plans[0].kernel_scratch) : 0.0}};
+    if (q.shape) {
       // The first --recompute mode's plan (all: none); "by_recompute" has every mode asked.
       const MemoryPlan& p = r.plans[0];
       o["staging_bytes"] = r.staging;
@@ -383,8 +375,8 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
       o["step_bytes"] = p.step();
       o["total_bytes"] = p.peak();  // the peak per rank: max(step, start-up)
       nlohmann::json by = nlohmann::json::object();
-      for (size_t i = 0; i < recomputes.size(); ++i)
-        by[recompute_name(recomputes[i])] = {{"activation_bytes", r.plans[i].activations},
+      for (size_t i = 0; i < q.recomputes.size(); ++i)
+        by[recompute_name(q.recomputes[i])] = {{"activation_bytes", r.plans[i].activations},
                                              {"total_bytes", r.plans[i].peak()}};
       o["by_recompute"] = by;
     }
@@ -395,29 +387,20 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
 
 // The rows as the table: one line per term, one column per rank count.
 void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
-  const MemoryArgs& a = q.a;
-  const bool shape = q.shape;
-  const GPT2Config& cfg = q.cfg;
-  const double P = q.P;
-  const int T = q.T;
-  const Precision prec = q.prec;
-  const bool wide = q.wide;
-  const std::vector<StrategyKind>& kinds = q.kinds;
-  const std::vector<Recompute>& recomputes = q.recomputes;
-  if (shape)
+  if (q.shape)
     std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
-                cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size,
-                cfg.max_seq_len, P, precision_name(prec), a.batch, T, attention_name(a.settings.attention), a.device.c_str());
+                q.cfg.num_layers, q.cfg.channels, q.cfg.num_heads, q.cfg.vocab_size, q.cfg.padded_vocab_size,
+                q.cfg.max_seq_len, q.P, precision_name(q.prec), q.a.batch, q.T, attention_name(q.a.settings.attention), q.a.device.c_str());
   else
-    std::printf("model: %.3g parameters (--params: model states only); %s\n", P, precision_name(prec));
+    std::printf("model: %.3g parameters (--params: model states only); %s\n", q.P, precision_name(q.prec));
   std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s%s\n\n",
-              prec == Precision::fp32 ? "fp32 params are the master weights"
+              q.prec == Precision::fp32 ? "fp32 params are the master weights"
                                       : "bf16 params/grads + fp32 master, m, v",
-              prec == Precision::fp32 ? ""
-              : wide                  ? "; gradients reduced in fp32 (--grad-reduce-dtype fp32)"
+              q.prec == Precision::fp32 ? ""
+              : q.wide                  ? "; gradients reduced in fp32 (--grad-reduce-dtype fp32)"
                                       : "; gradients reduced in bf16");
   std::printf("%-7s %-32s", "", "bytes/param");
-  for (int n : a.nranks) std::printf(" %11s", strfmt("N=%d", n).c_str());
+  for (int n : q.a.nranks) std::printf(" %11s", strfmt("N=%d", n).c_str());
   std::printf("\n");
   auto line = [&](const char* name, const std::string& label, StrategyKind k, auto value) {
     std::printf("%-7s %-32s", name, label.c_str());
@@ -425,32 +408,32 @@ void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
       if (r.kind == k) std::printf(" %11s", dec_bytes(value(r)).c_str());
     std::printf("\n");
   };
-  for (StrategyKind k : kinds) {
+  for (StrategyKind k : q.kinds) {
     const char* name = strategy_name(k);
-    line(name, "model states " + formula_text(k, prec, true), k,
+    line(name, "model states " + formula_text(k, q.prec, true), k,
          [](const Row& r) { return r.states_paper; });
-    if (shape) line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
+    if (q.shape) line("", "ringzero exact (padding)", k, [](const Row& r) { return r.states; });
     const StrategyTraits& t = strategy_traits(k);
     // zero3's formula folds its gradient shard into the 16/N: the fp32-shard row is zero2's.
-    if (t.shards_grads && !t.shards_params && prec == Precision::bf16)
-      line("", "--grad-shard-fp32 " + formula_text(k, prec, false), k,
+    if (t.shards_grads && !t.shards_params && q.prec == Precision::bf16)
+      line("", "--grad-shard-fp32 " + formula_text(k, q.prec, false), k,
            [](const Row& r) { return r.states_fp32_shard; });
-    if (shape) {
+    if (q.shape) {
       if (t.shards_grads) {
         const auto z = std::find_if(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k; });
         line("", strfmt("+ staging (%d+1 wte buckets)", z->staging_buffers), k, [](const Row& r) { return r.staging; });
       }
       if (t.shards_params)
         line("", strfmt("+ gathered (%d layers + emb)", kUnitsInFlight), k, [](const Row& r) { return r.gathered; });
-      if (wide) line("", "+ fp32 reduce buffers", k, [](const Row& r) { return r.wide; });
-      for (size_t i = 0; i < recomputes.size(); ++i)
-        line("", strfmt("+ activations (recompute %s)", recompute_name(recomputes[i])), k,
+      if (q.wide) line("", "+ fp32 reduce buffers", k, [](const Row& r) { return r.wide; });
+      for (size_t i = 0; i < q.recomputes.size(); ++i)
+        line("", strfmt("+ activations (recompute %s)", recompute_name(q.recomputes[i])), k,
              [i](const Row& r) { return double(r.plans[i].activations); });
       line("", "+ working (ring, kernels)", k, [](const Row& r) { return double(r.plans[0].working()); });
       if (std::any_of(rows.begin(), rows.end(), [k](const Row& r) { return r.kind == k && r.plans[0].startup > 0; }))
         line("", "start-up peak", k, [](const Row& r) { return double(r.plans[0].startup); });
-      for (size_t i = 0; i < recomputes.size(); ++i)
-        line("", recomputes.size() > 1 ? strfmt("= peak (recompute %s)", recompute_name(recomputes[i])) : std::string("= peak"),
+      for (size_t i = 0; i < q.recomputes.size(); ++i)
+        line("", q.recomputes.size() > 1 ? strfmt("= peak (recompute %s)", recompute_name(q.recomputes[i])) : std::string("= peak"),
              k, [i](const Row& r) { return double(r.plans[i].peak()); });
     }
   }
