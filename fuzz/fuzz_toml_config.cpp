@@ -1,4 +1,5 @@
-// Fuzz target: TOML run configs (train/config.cpp): load, validate, print the table.
+// Fuzz target: TOML run configs (train/config_toml.cpp reads the file, train/config.cpp
+// its keys): load, validate, print the table.
 #include "fuzz/fuzz_util.h"
 #include "train/config.h"
 
