@@ -51,7 +51,7 @@ template <>
 struct Named<PrecisionChoice> {
   static PrecisionChoice parse(const std::string& s) { return parse_precision_choice(s); }
   static std::string name(PrecisionChoice v) { return precision_choice_name(v); }
-  static std::string allowed() { return "fp32, bf16 or auto"; }
+  static std::string allowed() { return or_list(enum_names(kPrecisionChoices, precision_choice_name)); }
 };
 template <>
 struct Named<StrategyKind> {
@@ -435,9 +435,7 @@ const char* precision_choice_name(PrecisionChoice p) {
 }
 
 PrecisionChoice parse_precision_choice(const std::string& name) {
-  for (PrecisionChoice p : kPrecisionChoices)
-    if (name == precision_choice_name(p)) return p;
-  RZ_FAIL("precision: expected %s, found '%s'", Named<PrecisionChoice>::allowed().c_str(), name.c_str());
+  return parse_enum(name, kPrecisionChoices, precision_choice_name, "precision");
 }
 
 Precision resolve_precision(PrecisionChoice choice, const DeviceSpec& device, std::string* why) {
