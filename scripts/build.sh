@@ -21,13 +21,9 @@ done
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
-# ccache where it is installed (and no launcher is set already): rebuilds of a clean clone
-# at the same path, such as CI's, then compile only what changed. A machine without ccache
-# builds exactly the same, from scratch.
-launcher=()
-if command -v ccache >/dev/null 2>&1 && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
+source scripts/ccache.sh
+launcher=("${rz_ccache_launcher[@]}")
+[ ${#launcher[@]} -eq 0 ] || launcher+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 # Configure's own output is kept out of the way, but its "ringzero: ..." lines say which
 # optional parts (oneDNN, MPI, CUDA, NCCL) this build has, and why not where not.
 log=$(mktemp)

@@ -13,8 +13,8 @@ seconds="${1:-60}"
 targets=(fuzz_token_shard fuzz_model_file fuzz_debug_state fuzz_tokenizer_bin fuzz_train_checkpoint
          fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_stop_notice
          fuzz_flight_record)
-launcher=()
-command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+source scripts/ccache.sh
+launcher=("${rz_ccache_launcher[@]}")
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >/dev/null
 cmake --build build-fuzz --parallel "$(nproc)"
 mkdir -p build-fuzz/findings

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/test_paths.h"
+
 namespace rz::test {
 
 // probe() in a forked child: its answer ("" when the GPU is usable, else why not), or a

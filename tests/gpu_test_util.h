@@ -18,6 +18,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/catch_runner.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -147,13 +149,13 @@ void compare(const std::string& what, const std::vector<T>& got, const std::vect
   CHECK(o.bad == 0);
 }
 
-// The CATCH_CONFIG_RUNNER main of a GPU test program.
+// The main() of a GPU test program (Catch2 without its own main: tests/catch_runner.cpp).
 inline int gpu_test_main(int argc, char** argv, const char* program, bool sim_capable = false) {
   if (sim_capable && argc > 2 && std::string(argv[1]) == "--device" && std::string(argv[2]) == "sim") {
     under_test() = BackendUnderTest{Device{DeviceKind::sim, 0}, true};
     argv[2] = argv[0];
     std::printf("%s: on %s against %s, bitwise\n", program, gpu().name().c_str(), cpu().name().c_str());
-    return Catch::Session().run(argc - 2, argv + 2);
+    return rz::test::run_catch_session(argc - 2, argv + 2);
   }
   const std::string why = gpu_unavailable();
   if (!why.empty()) {
@@ -161,7 +163,7 @@ inline int gpu_test_main(int argc, char** argv, const char* program, bool sim_ca
     return kSkipCode;
   }
   std::printf("%s: on %s against %s\n", program, gpu().name().c_str(), cpu().name().c_str());
-  return Catch::Session().run(argc, argv);
+  return rz::test::run_catch_session(argc, argv);
 }
 
 }  // namespace rz::test

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_paths.h"
+
 namespace rz::test {
 
 struct BinaryRun {

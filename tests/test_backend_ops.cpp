@@ -7,7 +7,6 @@
 // `test_backend_ops --device sim` (CTest: test_backend_ops_sim, every build) holds the
 // simulated device (kernels/sim) against the CPU instead, bitwise: its ops are the CPU's,
 // so a difference is a bug in the table's checks and translations.
-#define CATCH_CONFIG_RUNNER
 #include "tests/gpu_test_util.h"
 
 #include <cstring>

@@ -6,8 +6,9 @@
 // mid-benchmark makes the other fail within its --comm-timeout.
 // Without the CUDA backend or a GPU it exits 77 (CTest: skipped). The parent never touches
 // CUDA (it forks the ranks; a child asks whether a GPU is there). Never run on a GPU yet.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "tests/catch_runner.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,5 +190,5 @@ int main(int argc, char** argv) {
     std::printf("test_comm_cuda_ring_gpu: SKIPPED: %s\n", why.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return rz::test::run_catch_session(argc, argv);
 }

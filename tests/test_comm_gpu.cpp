@@ -5,8 +5,9 @@
 // #wrong column checks every result; and a rank killed mid-benchmark makes the other fail
 // within its --comm-timeout. Without NCCL in the build or without a GPU it exits 77, which
 // CTest reports as skipped. Never run on a GPU yet (docs/gpu-comm.md).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "tests/catch_runner.h"
 
 #include <chrono>
 #include <cstdio>
@@ -180,5 +181,5 @@ int main(int argc, char** argv) {
     std::printf("test_comm_gpu: SKIPPED: %s\n", why.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return rz::test::run_catch_session(argc, argv);
 }

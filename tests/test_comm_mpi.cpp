@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_paths.h"
+
 namespace fs = std::filesystem;
 
 namespace {

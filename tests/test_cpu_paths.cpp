@@ -9,8 +9,9 @@
 // passing it. Each path runs a linear layer's forward and backward at a small odd shape
 // against an fp64 sum of the same (rounded) operands. One line per path, for the summary
 // scripts/test.sh prints: "cpu matmul path NAME: exercised (...)" or "...: not exercised: WHY".
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "tests/catch_runner.h"
 
 #include <cstdio>
 #include <cstring>
@@ -133,7 +134,7 @@ int main(int argc, char** argv) {
   }
   const std::string tag = "[" + path + "]";
   const char* args[] = {argv[0], tag.c_str()};
-  const int failed = Catch::Session().run(2, const_cast<char**>(args));
+  const int failed = rz::test::run_catch_session(2, const_cast<char**>(args));
   if (failed == 0) std::printf("cpu matmul path %s: exercised (%s)\n", path.c_str(), what.c_str());
   return failed == 0 ? 0 : 1;
 }

@@ -15,6 +15,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
+#include "tests/test_paths.h"
 
 using namespace rz;
 using rz::testing::read_bytes;

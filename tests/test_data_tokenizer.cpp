@@ -15,6 +15,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
+#include "tests/test_paths.h"
 
 using namespace rz;
 using rz::testing::ScratchDir;
@@ -22,7 +23,7 @@ using rz::testing::ScratchDir;
 namespace {
 
 // The repository ships GPT-2's files; the test must fail, not skip, if they go missing.
-const std::string kGpt2Dir = RINGZERO_SOURCE_DIR "/data/gpt2";
+const std::string kGpt2Dir = std::string(RINGZERO_SOURCE_DIR) + "/data/gpt2";
 
 std::vector<std::string> pieces(std::string_view s) {
   std::vector<uint32_t> ends;
@@ -314,5 +315,5 @@ TEST_CASE("bad tokenizer files give one-line errors naming the file") {
   setenv("RINGZERO_GPT2_DIR", "/nonexistent/gpt2", 1);
   CHECK_THROWS_WITH(make_tokenizer("gpt2", ""), Catch::Contains("/nonexistent/gpt2/encoder.json"));
   unsetenv("RINGZERO_GPT2_DIR");
-  CHECK(default_gpt2_dir() == RINGZERO_SOURCE_DIR "/data/gpt2");
+  CHECK(default_gpt2_dir() == kGpt2Dir);
 }

@@ -10,7 +10,6 @@
 // element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
 // --device cuda` on llm.c files from the fp64 reference. Skipped (exit 77) without a CUDA
 // backend or a GPU.
-#define CATCH_CONFIG_RUNNER
 #include "tests/gpu_test_util.h"
 
 #include <unistd.h>

@@ -15,6 +15,7 @@
 #include "train/config.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "tests/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace rz;

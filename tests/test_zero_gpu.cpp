@@ -5,8 +5,9 @@
 // Then the GPU against the CPU: the same 2-rank job on cuda and on cpu, fp32 and bf16, on
 // a batch past the grid-stride cap. Without the CUDA backend or a GPU it exits 77 (CTest:
 // skipped). Never run on a GPU yet.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "tests/catch_runner.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -141,5 +142,5 @@ int main(int argc, char** argv) {
     std::printf("test_zero_gpu: SKIPPED: %s\n", why.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return rz::test::run_catch_session(argc, argv);
 }
