@@ -294,15 +294,23 @@ bool yama_restricts_ptrace() {
   return ok && scope == 1;
 }
 
-// Decides direct reads for the whole ring: "1" when this rank can read its left
-// neighbour, "off" when RINGZERO_SHM_CMA=0, else why not. Every rank gets every answer.
-bool agree_on_direct_reads(int r, int N, int left, int left_pid, int right_pid, StoreClient& store) {
-  std::string mine = "1";
+}  // namespace
+
+bool shm_cma_allowed() {
   const char* env = std::getenv("RINGZERO_SHM_CMA");
   const std::string setting = env == nullptr ? "" : env;
   RZ_CHECK(setting.empty() || setting == "0" || setting == "1",
            "RINGZERO_SHM_CMA: expected 0 or 1, found '%s'", setting.c_str());
-  if (setting == "0") {
+  return setting != "0";
+}
+
+namespace {
+
+// Decides direct reads for the whole ring: "1" when this rank can read its left
+// neighbour, "off" when RINGZERO_SHM_CMA=0, else why not. Every rank gets every answer.
+bool agree_on_direct_reads(int r, int N, int left, int left_pid, int right_pid, bool cma_allowed, StoreClient& store) {
+  std::string mine = "1";
+  if (!cma_allowed) {
     mine = "off";
   } else if (yama_restricts_ptrace() && prctl(PR_SET_PTRACER, static_cast<unsigned long>(right_pid), 0, 0, 0) != 0) {
     mine = strfmt("rank %d cannot let rank %d read its memory (prctl PR_SET_PTRACER: %s; Yama ptrace_scope 1)", r,
@@ -343,6 +351,7 @@ bool agree_on_direct_reads(int r, int N, int left, int left_pid, int right_pid, 
 std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store) {
   const int N = env.world_size, r = env.rank;
   const int right = (r + 1) % N, left = (r - 1 + N) % N;
+  const bool cma_allowed = shm_cma_allowed();
   const size_t bytes = SlotRing::mapping_bytes(kSlotsPerEdge, slot_bytes_for(opts));
   auto maps = std::make_shared<ShmPair>();
 
@@ -396,7 +405,7 @@ std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommO
   store.get(strfmt("shm_mapped/%d", left));
   maps->inbox.unlink();
   const int left_pid = inbox.header()->sender_pid.load(), right_pid = to_right.header()->receiver_pid.load();
-  const bool direct = agree_on_direct_reads(r, N, left, left_pid, right_pid, store);
+  const bool direct = agree_on_direct_reads(r, N, left, left_pid, right_pid, cma_allowed, store);
   return std::make_unique<ShmChannel>(to_right, inbox, r, N, opts.timeout_s, left_pid, direct, maps);
 }
 

@@ -59,6 +59,10 @@ std::vector<std::unique_ptr<RingChannel>> make_thread_channels(int nranks, const
 // shm: every rank creates its own inbox in /dev/shm, publishes its name in the store, maps
 // the right neighbour's inbox, and unlinks its own once everyone has mapped.
 std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store);
+// RINGZERO_SHM_CMA: false when it is 0 (direct reads off), an error naming it when it is not
+// 0 or 1. The factory asks before the rendezvous, so that with a bad value every rank stops
+// on its own error rather than some on the store of a rank 0 that stopped first.
+bool shm_cma_allowed();
 
 // tcp: every rank listens, publishes host:port in the store, connects to its right
 // neighbour and accepts its left one; both prove the job token (comm/rendezvous/job_auth.h).
