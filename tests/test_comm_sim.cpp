@@ -135,7 +135,7 @@ void check_rank(Communicator& c, DType dt, const std::vector<size_t>& counts, bo
       const CommStats& st = c.stats();
       if (ring_bytes) {
         RANK_REQUIRE(st.by_kind[int(CollectiveKind::all_reduce)].bytes_sent ==
-                     rz::testing::ar_bytes_sent(count, N, r, dt, 256));
+                     rz::testing::ar_bytes_sent(count, N, r, dt, 256, /*host_buffers=*/false));
         RANK_REQUIRE(st.by_kind[int(CollectiveKind::reduce_scatter)].bytes_sent ==
                      2 * rz::testing::rs_bytes_sent(count, N, r, dt));
       } else {  // NCCL's bytes: what a bandwidth-optimal algorithm moves per rank

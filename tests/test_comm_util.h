@@ -76,13 +76,15 @@ inline uint64_t ag_bytes_sent(size_t count, int N, int r, DType dt) {
   return N == 1 ? 0 : (count - shard_of(count, N, (r + 1) % N).count) * dtype_size(dt);
 }
 
-// Bytes a rank sends in one AllReduce: both ring phases. At N = 2 an AllReduce of at most
-// one segment (and kSmallAllReduceBytes) takes the small path (ring.h), which sends the
-// whole input once: M, the same as the ring's two half-chunks. The collective tests use
-// 8-byte segments.
-inline uint64_t ar_bytes_sent(size_t count, int N, int r, DType dt, size_t segment_bytes = 8) {
+// Bytes a rank sends in one AllReduce: both ring phases. An AllReduce of at most one
+// segment whose (N-1) x M stays within kSmallAllReduceBytes takes the small path (ring.h),
+// which passes whole inputs: (N-1) x M, at N = 2 the same as the ring's two half-chunks.
+// The collective tests use 8-byte segments. Device buffers (host_buffers false) always run
+// the ring.
+inline uint64_t ar_bytes_sent(size_t count, int N, int r, DType dt, size_t segment_bytes = 8, bool host_buffers = true) {
   const size_t bytes = count * dtype_size(dt);
-  if (N == 2 && bytes > 0 && bytes <= segment_bytes && bytes <= kSmallAllReduceBytes) return bytes;
+  if (host_buffers && N >= 2 && bytes > 0 && bytes <= segment_bytes && (N - 1) * bytes <= kSmallAllReduceBytes)
+    return (N - 1) * bytes;
   return rs_bytes_sent(count, N, r, dt) + ag_bytes_sent(count, N, r, dt);
 }
 

@@ -101,8 +101,9 @@ struct RingContext {
 // comm-targets-2026-11-30b.md), so those chunks follow through the slots.
 constexpr size_t kDirectChunkBytes = 64 * 1024;
 constexpr size_t kDirectChunkMaxBytes = 4u << 20;
-// An AllReduce of at most this many bytes (and at most one segment and one slot) takes
-// the small path: N-1 hops, every rank reduces all inputs in the ring's order (ring.cpp).
+// An AllReduce takes the small path while a rank sends at most this many bytes on it,
+// (N-1) x its input, and the input fits one segment and one slot: N-1 hops, every rank
+// reduces all inputs in the ring's order (ring.cpp). 4 KiB at N = 2, 1365 bytes at N = 4.
 constexpr size_t kSmallAllReduceBytes = 4096;
 // Whether an AllReduce of `bytes` bytes takes the small path (not when an observer such
 // as comm-trace watches the rounds: it shows the ring).
