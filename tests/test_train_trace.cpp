@@ -15,6 +15,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "base/trace.h"
 #include "comm/factory.h"
@@ -183,6 +185,39 @@ TEST_CASE("train --trace writes one merged timeline with every collective once",
       CHECK(r.output.find("trace: steps 2..4 of 2 rank(s) written to") != std::string::npos);
       check_trace(read_json(out), 2, 2, 4, true);
     }
+  }
+}
+
+// The collectives of a step that carry host values (no gradient bucket): by kind, the
+// element count of each, on one rank, in the trace's order.
+std::map<std::string, std::vector<uint64_t>> host_collectives(const json& t, int rank) {
+  std::map<std::string, std::vector<uint64_t>> out;
+  for (const json& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["pid"] == rank && e["tid"] == 2 && !e["args"].contains("bucket"))
+      out[e["name"].get<std::string>()].push_back(e["args"]["count"].get<uint64_t>());
+  return out;
+}
+
+TEST_CASE("a step's host values take three collectives, however many micro-steps", "[trace]") {
+  // Per step: micro-step 0's loss (all_reduce of 1, before its backward, for
+  // --skip-nonfinite), the other micro-steps' losses together (all_reduce of accum - 1),
+  // and every rank's peak memory with its stop vote (all_gather of 2 per rank). Before,
+  // each micro-step's loss and the stop vote were collectives of their own.
+  const fs::path d = data_dir();
+  const fs::path out = work_dir() / "host_values.json";
+  // B*T*world = 2*32*2 = 128 tokens per micro-step: 384 is 3 micro-steps.
+  Result r = run("train --model tiny --data " + quote((d / "train_*.bin").string()) +
+                 " --batch 2 --seq 32 --total-batch-tokens 384 --steps 4 --bucket-mb 0.02 --threads 1 "
+                 "--nproc-per-node 2 --strategy ddp --trace " + quote(out.string()) + " --trace-steps 2:3");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const json t = read_json(out);
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const auto host = host_collectives(t, rank);
+    CHECK(host.at("all_reduce") == std::vector<uint64_t>{1, 2, 1, 2});
+    CHECK(host.at("all_gather") == std::vector<uint64_t>{4, 4});
+    CHECK(host.size() == 2);
   }
 }
 

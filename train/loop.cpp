@@ -51,14 +51,30 @@ namespace fs = std::filesystem;
 namespace rz {
 namespace {
 
-// Collective: every rank's peak bytes (all tags) in MiB on the model's device (the host,
-// or a GPU's memory), for rank 0's progress line.
-std::vector<float> gather_peak_mib(HostCollectives& hc, DeviceKind kind) {
-  std::vector<float> all(static_cast<size_t>(hc.comm().size()));
-  CommPurpose purpose("peak memory");
-  const float mine = static_cast<float>(MemoryTracker::global().peak_total(kind)) / (1024.0f * 1024.0f);
-  hc.all_gather(&mine, all.data(), all.size());
-  return all;
+// What every rank reports at the end of a step, in one all_gather of two floats per rank
+// (gather_step_end): its peak bytes (all tags) in MiB on the model's device (the host, or a
+// GPU's memory), for rank 0's progress line, and whether SIGINT or SIGTERM has reached it,
+// for the stop vote. One collective instead of two per step; the signal is looked at when
+// the step's gradients and update are done (before eval, sampling and saving).
+struct StepEnd {
+  std::vector<float> peak_mib;  // by rank
+  std::vector<int> signal;      // by rank: the signal that reached it (0: none; SIGINT; SIGTERM)
+};
+StepEnd gather_step_end(HostCollectives& hc, DeviceKind kind) {
+  const int n = hc.comm().size();
+  const int sig = stop_signal_received();
+  const float mine[2] = {static_cast<float>(MemoryTracker::global().peak_total(kind)) / (1024.0f * 1024.0f),
+                         sig == 0 ? 0.0f : sig == SIGINT ? 1.0f : 2.0f};
+  std::vector<float> all(2 * static_cast<size_t>(n));
+  CommPurpose purpose("peak memory and stop vote");
+  hc.all_gather(mine, all.data(), all.size());
+  StepEnd e;
+  for (int r = 0; r < n; ++r) {
+    e.peak_mib.push_back(all[2 * static_cast<size_t>(r)]);
+    const float code = all[2 * static_cast<size_t>(r) + 1];
+    e.signal.push_back(code == 0.0f ? 0 : code == 1.0f ? SIGINT : SIGTERM);
+  }
+  return e;
 }
 
 // The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
@@ -98,7 +114,7 @@ class Trainer {
   void warn_left(const std::vector<std::string>& left, const char* during);
   bool save(int step);
   void write_rank_files(const std::string& dir, int step);
-  bool stop_agreed();
+  bool stop_agreed(const StepEnd& end);
   void check_precision_agrees();
   CommOptions comm_options(bool sim_device) const;
   void count_skips(StepRecord& rec);
@@ -513,17 +529,20 @@ void Trainer::check_precision_agrees() {
            static_cast<int>(bf16_ranks), world_);
 }
 
-// Collective, after every step: did SIGINT/SIGTERM reach any rank? All ranks agree, so
-// they stop after the same step, and on the signal: this rank's own, else SIGINT if it
-// reached any rank, else SIGTERM.
-bool Trainer::stop_agreed() {
-  const int mine = stop_signal_received();
-  float got[2] = {mine == SIGINT ? 1.0f : 0.0f, mine != 0 && mine != SIGINT ? 1.0f : 0.0f};  // ranks hit by each
-  CommPurpose purpose("stop vote");
-  if (world_ > 1) host_comm_->all_reduce(got, 2, ReduceOp::sum);
-  if (got[0] + got[1] == 0) return false;
-  stop_sig_ = mine != 0 ? mine : got[0] > 0 ? SIGINT : SIGTERM;
-  stop_hit_ = static_cast<int>(got[0] + got[1]);
+// From the step's end gather: did SIGINT/SIGTERM reach any rank? Every rank decides from
+// the same gathered values, so all stop after the same step, and on the signal: this
+// rank's own, else SIGINT if it reached any rank, else SIGTERM. A signal that arrives
+// after the gather counts at the next step's.
+bool Trainer::stop_agreed(const StepEnd& end) {
+  int hit = 0, sigint_ranks = 0;
+  for (int sig : end.signal) {
+    hit += sig != 0;
+    sigint_ranks += sig == SIGINT;
+  }
+  if (hit == 0) return false;
+  const int mine = end.signal[static_cast<size_t>(rank_)];
+  stop_sig_ = mine != 0 ? mine : sigint_ranks > 0 ? SIGINT : SIGTERM;
+  stop_hit_ = hit;
   return true;
 }
 
@@ -619,27 +638,49 @@ int Trainer::run() {
     rec.step = s + 1;
     rec.steps = cfg_.steps;
     rec.lr = sched.at(s);
+    // The loss of micro-step 0 is all-reduced before its backward: a non-finite one skips
+    // the step (--skip-nonfinite) before any gradient exists. Those of micro-steps 1.. only
+    // feed the step's mean and cannot be skipped, so they are all-reduced together after
+    // the last backward: one collective per step for them instead of one per micro-step.
+    // At 2 ranks each value is bitwise what its own all_reduce gave; from 3 ranks a value
+    // outside the first shard may add the ranks in another order (the logged loss's last
+    // bit; gradients are not touched).
     double loss_sum = 0;
+    std::vector<float> later_losses;  // micro-steps 1..: this rank's, then every rank's mean
     for (int micro = 0; micro < accum_; ++micro) {
       { RZ_TRACE_SCOPE("data"); train_->next_batch(inputs_.data(), targets_.data()); }
       float local;
       { RZ_TRACE_SCOPE("forward"); local = model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq); }
-      const float loss = all_reduce_mean(local, "loss");
-      if (!std::isfinite(loss)) {
-        RZ_CHECK(cfg_.skip_nonfinite && micro == 0,
-                 "step %d: the loss is %s at micro-step %d%s", s + 1, std::isnan(loss) ? "NaN" : "inf", micro,
-                 cfg_.skip_nonfinite ? " (inside a gradient-accumulation window: cannot be skipped)"
-                                     : "; stopping (--skip-nonfinite skips such steps)");
-        for (int rest = 1; rest < accum_; ++rest) train_->next_batch(inputs_.data(), targets_.data());
-        rec.skipped = true;
-        rec.grad_norm = NAN;  // no backward ran: there is no gradient to measure
-        loss_sum = loss * accum_;
-        break;
+      if (micro == 0) {
+        const float loss = all_reduce_mean(local, "loss");
+        if (!std::isfinite(loss)) {
+          RZ_CHECK(cfg_.skip_nonfinite, "step %d: the loss is %s at micro-step 0; stopping (--skip-nonfinite skips "
+                   "such steps)", s + 1, std::isnan(loss) ? "NaN" : "inf");
+          for (int rest = 1; rest < accum_; ++rest) train_->next_batch(inputs_.data(), targets_.data());
+          rec.skipped = true;
+          rec.grad_norm = NAN;  // no backward ran: there is no gradient to measure
+          loss_sum = loss * accum_;
+          break;
+        }
+        loss_sum += loss;
+      } else {
+        later_losses.push_back(local);
       }
-      loss_sum += loss;
       RZ_TRACE_SCOPE("backward");
       model_->backward(strategy_->begin_micro_step(micro, accum_), 1.0f / static_cast<float>(accum_));
       strategy_->end_micro_step();
+    }
+    if (!later_losses.empty()) {
+      CommPurpose purpose("loss");
+      host_comm_->all_reduce(later_losses.data(), later_losses.size(), ReduceOp::avg);
+      for (size_t k = 0; k < later_losses.size(); ++k) {
+        const float loss = later_losses[k];
+        RZ_CHECK(std::isfinite(loss), "step %d: the loss is %s at micro-step %zu%s", s + 1,
+                 std::isnan(loss) ? "NaN" : "inf", k + 1,
+                 cfg_.skip_nonfinite ? " (inside a gradient-accumulation window: cannot be skipped)"
+                                     : "; stopping (--skip-nonfinite skips such steps)");
+        loss_sum += loss;
+      }
     }
     rec.loss = static_cast<float>(loss_sum / accum_);
     if (!rec.skipped) {
@@ -662,7 +703,7 @@ int Trainer::run() {
     // Where the model lives: on GPU ranks the host's figures would miss the model states.
     for (int t = 0; t < kNumMemTags; ++t) rec.mem_peak_bytes[t] = mt.peak(static_cast<MemTag>(t), device_.kind);
     rec.mem_peak_total = mt.peak_total(device_.kind);
-    const std::vector<float> peaks = gather_peak_mib(*host_comm_, device_.kind);
+    const StepEnd end = gather_step_end(*host_comm_, device_.kind);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
@@ -672,7 +713,7 @@ int Trainer::run() {
     if (rank0()) {
       ++steps_timed;
       const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
-      const std::string line = format_progress(rec, eta, peaks);
+      const std::string line = format_progress(rec, eta, end.peak_mib);
       const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped || rec.spike;
       if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(),
                             rec.val_loss ? strfmt(" | val %.4f", *rec.val_loss).c_str() : "");
@@ -686,9 +727,7 @@ int Trainer::run() {
       RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved: %s", s + 1,
                save_error_.c_str());
     }
-    // The stop vote is a collective of this step: it goes into the step's counters and
-    // trace before end_step closes them.
-    const bool stop = !last && stop_agreed();
+    const bool stop = !last && stop_agreed(end);
     timeline_->end_step(*comm_, s + 1, rec.overlap);
     if (stop) {
       timeline_->finish(*comm_);
