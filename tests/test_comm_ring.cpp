@@ -139,7 +139,7 @@ TEST_CASE("small AllReduce (N = 2, 3, 4) is bitwise the ring's result and reduce
         for (size_t count : {size_t(1), size_t(3), size_t(5), size_t(7), size_t(33), size_t(101), size_t(1023), size_t(1025)}) {
           INFO("N = " << N << " " << dtype_name(dt) << " " << reduce_op_name(op) << " count " << count);
           const size_t esz = dtype_size(dt);
-          const bool takes_small_path = (N - 1) * count * esz <= kSmallAllReduceBytes;
+          const bool takes_small_path = count * esz <= (N == 2 ? kSmallAllReduceBytes : kSmallAllReduceManyBytes);
           auto errors = run_ranks(N, [&](int r) {
             Tensor a(dt, count), b(dt, count), in(dt, count), full(dt, count);
             for (size_t i = 0; i < count; ++i) {

@@ -77,14 +77,15 @@ inline uint64_t ag_bytes_sent(size_t count, int N, int r, DType dt) {
 }
 
 // Bytes a rank sends in one AllReduce: both ring phases. An AllReduce of at most one
-// segment whose (N-1) x M stays within kSmallAllReduceBytes takes the small path (ring.h),
-// which passes whole inputs: (N-1) x M, at N = 2 the same as the ring's two half-chunks.
+// segment and kSmallAllReduceBytes (N = 2) or kSmallAllReduceManyBytes (N >= 3) takes the
+// small path (ring.h), which passes whole inputs: (N-1) x M, at N = 2 the same as the
+// ring's two half-chunks.
 // The collective tests use 8-byte segments. Device buffers (host_buffers false) always run
 // the ring.
 inline uint64_t ar_bytes_sent(size_t count, int N, int r, DType dt, size_t segment_bytes = 8, bool host_buffers = true) {
   const size_t bytes = count * dtype_size(dt);
-  if (host_buffers && N >= 2 && bytes > 0 && bytes <= segment_bytes && (N - 1) * bytes <= kSmallAllReduceBytes)
-    return (N - 1) * bytes;
+  const size_t limit = N == 2 ? kSmallAllReduceBytes : kSmallAllReduceManyBytes;
+  if (host_buffers && N >= 2 && bytes > 0 && bytes <= segment_bytes && bytes <= limit) return (N - 1) * bytes;
   return rs_bytes_sent(count, N, r, dt) + ag_bytes_sent(count, N, r, dt);
 }
 

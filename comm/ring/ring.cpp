@@ -34,9 +34,9 @@
 // Per rank and phase the chunks sent add up to (N-1)/N of the tensor (up to the shorter
 // trailing chunks), hence the 2(N-1)/N x M bytes of an AllReduce.
 //
-// Small AllReduce: while a rank would send at most kSmallAllReduceBytes that way (and the
-// input fits one segment), every rank passes its whole input around the ring and adds all
-// N up locally in the ring's order (small_all_reduce): N-1 dependent hops instead of
+// Small AllReduce: up to kSmallAllReduceBytes at N = 2 and kSmallAllReduceManyBytes from
+// N = 3 (one segment at most), every rank passes its whole input around the ring and adds
+// all N up locally in the ring's order (small_all_reduce): N-1 dependent hops instead of
 // 2(N-1), bitwise the ring's result. comm-trace (an observer) always sees the ring.
 //
 // Broadcast pipelines segments along the ring from the root: r receives a segment from
@@ -212,9 +212,9 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
 // divided by N at the last. Every element is therefore bitwise what the ring computes,
 // and all_reduce == reduce_scatter + all_gather still holds. At N = 2 it sends exactly the
 // ring's bytes (count elements per rank); from N = 3 it sends (N-1) x count, more than the
-// ring's 2(N-1)/N x count, which is why it stops at kSmallAllReduceBytes sent: below that a
-// collective's time is its dependent hops (each a wake-up of the next rank, about 3 us
-// with 4 ranks on 2 cores), not its bytes.
+// ring's 2(N-1)/N x count, so there it takes only inputs of a few floats (the trainer's
+// loss and votes), whose time is their dependent hops (each a wake-up of the next rank,
+// about 3 us with 4 ranks on 2 cores), not their bytes; gradient buckets keep the ring.
 void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, ReduceOp op) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt), bytes = count * esz;
@@ -289,8 +289,9 @@ void ring_reduce_scatter(RingContext& ctx, const void* in, void* out, size_t cou
 
 bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
                               bool observed) {
-  return nranks >= 2 && bytes > 0 && static_cast<size_t>(nranks - 1) * bytes <= kSmallAllReduceBytes &&
-         bytes <= segment_bytes && bytes <= max_message_bytes && !observed;
+  const size_t limit = nranks == 2 ? kSmallAllReduceBytes : kSmallAllReduceManyBytes;
+  return nranks >= 2 && bytes > 0 && bytes <= limit && bytes <= segment_bytes && bytes <= max_message_bytes &&
+         !observed;
 }
 
 void ring_all_reduce(RingContext& ctx, void* buf, size_t count, DType dtype, ReduceOp op) {

@@ -101,10 +101,14 @@ struct RingContext {
 // comm-targets-2026-11-30b.md), so those chunks follow through the slots.
 constexpr size_t kDirectChunkBytes = 64 * 1024;
 constexpr size_t kDirectChunkMaxBytes = 4u << 20;
-// An AllReduce takes the small path while a rank sends at most this many bytes on it,
-// (N-1) x its input, and the input fits one segment and one slot: N-1 hops, every rank
-// reduces all inputs in the ring's order (ring.cpp). 4 KiB at N = 2, 1365 bytes at N = 4.
+// An AllReduce of at most this many bytes takes the small path at N = 2 (where it sends the
+// ring's bytes), of at most kSmallAllReduceManyBytes from N = 3 (where it sends (N-1) x M
+// instead of the ring's 2(N-1)/N x M: kept to the host values, a loss or a vote, so that
+// gradient buckets keep the ring's byte counts), and in either case only when the input
+// fits one segment and one slot: N-1 hops, every rank reduces all inputs in the ring's
+// order (ring.cpp).
 constexpr size_t kSmallAllReduceBytes = 4096;
+constexpr size_t kSmallAllReduceManyBytes = 64;
 // Whether an AllReduce of `bytes` bytes takes the small path (not when an observer such
 // as comm-trace watches the rounds: it shows the ring).
 bool small_all_reduce_applies(size_t bytes, int nranks, size_t segment_bytes, size_t max_message_bytes,
