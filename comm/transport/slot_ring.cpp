@@ -63,6 +63,8 @@ void SlotRing::format(void* mem, uint32_t nslots, size_t slot_bytes) {
   auto* h = new (mem) SlotRingHeader{};
   h->nslots = nslots;
   h->slot_bytes = slot_bytes;
+  auto* metas = reinterpret_cast<SlotMeta*>(static_cast<char*>(mem) + sizeof(SlotRingHeader));
+  for (uint32_t i = 0; i < nslots; ++i) new (metas + i) SlotMeta{};
   h->magic = kMagic;
 }
 
@@ -87,8 +89,9 @@ int spin_pauses_for(int nranks) {
   return nranks <= cores ? 64 : 0;
 }
 
-void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
-                        const std::function<bool()>& ready, const PeerWatch& watch, bool sending) {
+template <typename Ready>
+void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting, const Ready& ready,
+                        const PeerWatch& watch, bool sending) {
   using clock = std::chrono::steady_clock;
   // 1. Spin very briefly (watch.spin_pauses; none when ranks outnumber cores). Longer
   //    spins (2000 pauses) made the 8-byte all_reduce 9x slower on a loaded 2-core host
@@ -143,37 +146,59 @@ void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& wait
   }
 }
 
-void* SlotRing::acquire(const PeerWatch& watch) {
-  uint32_t h = hdr_->head.load(std::memory_order_relaxed);
-  wait_for(hdr_->tail, hdr_->sender_waiting,
-           [&] { return h - hdr_->tail.load(std::memory_order_acquire) < hdr_->nslots; }, watch, true);
-  if (h - hdr_->tail.load(std::memory_order_acquire) >= hdr_->nslots) return nullptr;  // stopped
-  return slot(h);
+// Producer side: true once the slot of message `head` is free (the receiver has consumed
+// message head - nslots), false if watch.stop fired first. tail is read only when the
+// last reading of it says the ring is full.
+bool SlotRing::wait_free_slot(const PeerWatch& watch) {
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  auto free_slot = [&] { return h - producer_tail_ < hdr_->nslots; };
+  if (free_slot()) return true;
+  auto read_tail = [&] {
+    producer_tail_ = hdr_->tail.load(std::memory_order_acquire);
+    return free_slot();
+  };
+  wait_for(hdr_->tail, hdr_->sender_waiting, read_tail, watch, true);
+  return read_tail();
 }
 
-void SlotRing::publish(size_t bytes, MsgTag tag) {
-  uint32_t h = hdr_->head.load(std::memory_order_relaxed);
-  meta()[h % hdr_->nslots] = SlotMeta{bytes, static_cast<uint32_t>(tag), 0};
+void* SlotRing::acquire(const PeerWatch& watch) {
+  if (!wait_free_slot(watch)) return nullptr;  // stopped
+  return slot(hdr_->head.load(std::memory_order_relaxed));
+}
+
+// The message's fields, then its sequence number (release: the receiver that sees it sees
+// the payload), then head for a receiver asleep on it.
+void SlotRing::publish_meta(size_t bytes, MsgTag tag, bool is_inline) {
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  SlotMeta& m = meta()[h % hdr_->nslots];
+  m.tag = static_cast<uint32_t>(tag);
+  m.bytes = bytes;
+  m.is_inline = is_inline ? 1 : 0;
+  m.seq.store(h + 1, std::memory_order_release);
   hdr_->head.store(h + 1, std::memory_order_seq_cst);
   if (hdr_->receiver_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->head);
 }
 
+void SlotRing::publish(size_t bytes, MsgTag tag) { publish_meta(bytes, tag, false); }
+
 bool SlotRing::send(const void* src, size_t bytes, MsgTag tag, const PeerWatch& watch) {
   RZ_CHECK(bytes <= hdr_->slot_bytes, "slot ring: a %zu-byte message exceeds the %llu-byte slot", bytes,
            static_cast<unsigned long long>(hdr_->slot_bytes));
-  void* dst = acquire(watch);
-  if (dst == nullptr) return false;
+  if (!wait_free_slot(watch)) return false;
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  const bool is_inline = bytes <= kInlineBytes;
+  void* dst = is_inline ? static_cast<void*>(meta()[h % hdr_->nslots].inline_payload) : slot(h);
   if (bytes > 0) std::memcpy(dst, src, bytes);
-  publish(bytes, tag);
+  publish_meta(bytes, tag, is_inline);
   return true;
 }
 
 void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume,
                     const PeerWatch& watch) {
-  uint32_t t = hdr_->tail.load(std::memory_order_relaxed);
+  const uint32_t t = hdr_->tail.load(std::memory_order_relaxed);
+  SlotMeta& m = meta()[t % hdr_->nslots];
   wait_for(hdr_->head, hdr_->receiver_waiting,
-           [&] { return hdr_->head.load(std::memory_order_acquire) != t; }, watch, false);
-  SlotMeta m = meta()[t % hdr_->nslots];
+           [&] { return m.seq.load(std::memory_order_acquire) == t + 1; }, watch, false);
   if (m.tag != static_cast<uint32_t>(tag) || m.bytes != bytes) {
     static const char* names[] = {"?", "data", "debug fingerprint", "barrier", "direct reference"};
     auto name = [&](uint32_t x) { return x < 5 ? names[x] : names[0]; };
@@ -184,7 +209,7 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
                            watch.peer_rank, static_cast<unsigned long long>(m.bytes), name(m.tag), bytes,
                            name(static_cast<uint32_t>(tag))));
   }
-  consume(slot(t));
+  consume(m.is_inline != 0 ? static_cast<const void*>(m.inline_payload) : slot(t));
   hdr_->tail.store(t + 1, std::memory_order_seq_cst);
   if (hdr_->sender_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->tail);
 }

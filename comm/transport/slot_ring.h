@@ -8,6 +8,15 @@
 // of message m is m % nslots. Both counters are 32-bit words so a side that has nothing
 // to do sleeps on them with a futex (shared, so it works across processes).
 //
+// Small messages cost the cache lines they touch, not their bytes (an 8-byte AllReduce
+// at 2 ranks is one message each way), so a message touches as few as it can: each
+// slot's meta is one cache line that carries the message's sequence number, tag, size
+// and, up to kInlineBytes, the payload itself. The receiver polls that line (not `head`)
+// and reads the payload from it: one line crosses the cores per small message. The sender
+// reads `tail` only when its own last reading says the ring is full, and the two
+// waiting flags sit on lines of their own, written only around a futex sleep. `head` is
+// still stored after every message, for a receiver that sleeps on it.
+//
 // Waiting: spin 64 pause instructions (none when the ranks outnumber the cores), then
 // yield the core for up to 2 ms (a descheduled peer gets to run, and no futex wake-up
 // latency sits on the hot path), and only then futex-sleep in short slices, checking
@@ -26,21 +35,28 @@
 
 namespace rz {
 
-struct SlotMeta {
-  uint64_t bytes;
+// Payloads of at most this many bytes travel in the slot's meta line itself.
+constexpr size_t kInlineBytes = 40;
+
+struct alignas(64) SlotMeta {
+  std::atomic<uint32_t> seq;  // m + 1 once message m is published in this slot (0: none yet)
   uint32_t tag;
+  uint64_t bytes;
+  uint32_t is_inline;         // 1: the payload is `inline_payload`, not the slot's data
   uint32_t pad;
+  unsigned char inline_payload[kInlineBytes];
 };
+static_assert(sizeof(SlotMeta) == 64, "a slot's meta is one cache line");
 
 struct SlotRingHeader {
   uint32_t magic;
   uint32_t nslots;
   uint64_t slot_bytes;
-  alignas(64) std::atomic<uint32_t> head;   // messages published by the sender
-  std::atomic<uint32_t> sender_waiting;     // 1 while the sender sleeps on tail
-  alignas(64) std::atomic<uint32_t> tail;   // messages consumed by the receiver
-  std::atomic<uint32_t> receiver_waiting;   // 1 while the receiver sleeps on head
-  alignas(64) std::atomic<uint32_t> closed; // set by either side; wakes both
+  alignas(64) std::atomic<uint32_t> head;              // messages published by the sender
+  alignas(64) std::atomic<uint32_t> tail;              // messages consumed by the receiver
+  alignas(64) std::atomic<uint32_t> sender_waiting;    // 1 while the sender sleeps on tail
+  alignas(64) std::atomic<uint32_t> receiver_waiting;  // 1 while the receiver sleeps on head
+  alignas(64) std::atomic<uint32_t> closed;            // set by either side; wakes both
   std::atomic<int32_t> sender_pid;
   std::atomic<int32_t> receiver_pid;
 };
@@ -64,7 +80,7 @@ int spin_pauses_for(int nranks);
 
 class SlotRing {
  public:
-  static constexpr uint32_t kMagic = 0x525a534cu;  // "RZSL"
+  static constexpr uint32_t kMagic = 0x525a5332u;  // "RZS2": the layout with inline payloads
   static size_t mapping_bytes(uint32_t nslots, size_t slot_bytes);
   // Writes a fresh header into mem (mapping_bytes() long, zeroed).
   static void format(void* mem, uint32_t nslots, size_t slot_bytes);
@@ -93,12 +109,19 @@ class SlotRing {
   void close();
 
  private:
-  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting,
-                const std::function<bool()>& ready, const PeerWatch& watch, bool sending);
+  template <typename Ready>
+  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting, const Ready& ready,
+                const PeerWatch& watch, bool sending);
+  bool wait_free_slot(const PeerWatch& watch);  // false: watch.stop fired
+  void publish_meta(size_t bytes, MsgTag tag, bool is_inline);
   SlotMeta* meta() { return reinterpret_cast<SlotMeta*>(reinterpret_cast<char*>(hdr_) + sizeof(SlotRingHeader)); }
   char* slot(uint32_t i);
 
   SlotRingHeader* hdr_ = nullptr;
+  // The producer's last reading of hdr_->tail. Only the producer side (send, acquire,
+  // publish) reads or writes it: the tcp inbox's reader thread, or the one channel that
+  // holds this copy of the ring (thread, shm).
+  uint32_t producer_tail_ = 0;
 };
 
 // A process-local SlotRing (thread transport, tcp reader inbox).
