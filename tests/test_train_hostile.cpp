@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "launch/launch.h"
 #include "tests/hostile_util.h"
 
 namespace fs = std::filesystem;
@@ -187,7 +188,9 @@ TEST_CASE("SIGTERM to the launcher: every rank finishes its step, a checkpoint i
 
 TEST_CASE("a rank stopped during shm rendezvous leaves no segment, and names carry nothing of the token") {
   const std::string token = "0123456789abcdef0123456789abcdef";
-  const int port = 20000 + static_cast<int>(::getpid() % 20000);
+  // A port the kernel just gave out, not one made from the pid: 20000 + pid % 20000 was in
+  // use once in CI (rank 0 then failed to bind its store, and no segment ever appeared).
+  const int port = rz::pick_free_port();
   const fs::path log = work_dir() / "shm_rdv.log";
   const std::string env = "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                           " RINGZERO_JOB_TOKEN=" + token + " RINGZERO_LAUNCHED=1";

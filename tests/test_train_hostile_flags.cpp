@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 
+#include "launch/launch.h"
 #include "tests/hostile_util.h"
 
 namespace fs = std::filesystem;
@@ -222,7 +223,7 @@ TEST_CASE("precision auto resolved differently on two ranks is one error at setu
     WARN("not exercised here: this CPU has no AVX512_BF16 or AMX-BF16, so auto is fp32 on every rank");
     return;
   }
-  const int port = 20000 + static_cast<int>((::getpid() + 7919) % 20000);
+  const int port = rz::pick_free_port();  // not one made from the pid, which can be in use
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                           " RINGZERO_JOB_TOKEN=0123456789abcdef0123456789abcdef RINGZERO_LAUNCHED=1";
   const fs::path log0 = work_dir() / "auto_r0.log", log1 = work_dir() / "auto_r1.log";
