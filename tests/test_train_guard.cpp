@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/cpu/matmul_onednn.h"
 #include "run_ringzero.h"
 #include "train/spike_guard.h"
 
@@ -156,6 +157,15 @@ TEST_CASE("--grad-reduce-dtype: values, the memory report's line, and `ringzero 
   CHECK(r.output.find("fp32 gradient reduction (comm): 2 reduce buffers of the largest bucket") != std::string::npos);
   auto plain = run_ringzero(tiny("--steps 2 --precision bf16"), 120);
   CHECK(plain.output.find("gradient reduction in bf16") != std::string::npos);
+  // Where bf16 matmuls widen to fp32 here, the first one says so, once; a query does not
+  // (the JSON below is parsed from stdout and stderr together).
+  const std::string mm = rz::onednn_bf16_matmul_status();
+  const bool widens = mm.rfind("off: ", 0) == 0 && mm.find("RINGZERO_BF16_MATMUL") == std::string::npos;
+  size_t notices = 0;
+  for (size_t at = plain.output.find("bf16 matmuls run in fp32"); at != std::string::npos;
+       at = plain.output.find("bf16 matmuls run in fp32", at + 1))
+    ++notices;
+  CHECK(notices == (widens ? 1u : 0u));
   // `ringzero memory`: the buffers are their own row, and in the JSON's comm bytes.
   auto m = run_ringzero("memory --model tiny --precision bf16 --bucket-mb 0.05 --nranks 2 --grad-reduce-dtype fp32");
   INFO(m.output);

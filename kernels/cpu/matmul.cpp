@@ -95,6 +95,7 @@ void matmul_forward(E* out, const E* inp, const E* weight, const E* bias, int N,
     if (onednn_bf16_matmul_available() &&
         onednn_matmul(out, OC, {inp, C, 1}, {weight, 1, C}, bias, N, C, OC, false, true))
       return;
+    note_bf16_matmul_fallback();
     Scratch& s = t_scratch;
     float* x = s.get(0, size_t(N) * C);
     float* w = s.get(1, size_t(OC) * C);
@@ -121,6 +122,7 @@ void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp,
         dinp && bf16_units && onednn_matmul(dinp, C, {dout, OC, 1}, {weight, C, 1}, nullptr, N, OC, C, true, true);
     const bool dweight_done =
         bf16_units && onednn_matmul(dweight, C, {dout, 1, OC}, {inp, C, 1}, nullptr, OC, N, C, true, true);
+    if (!bf16_units) note_bf16_matmul_fallback();
     Scratch& s = t_scratch;
     float* d = s.get(0, size_t(N) * OC);
     bf16_to_f32(d, dout, size_t(N) * OC);

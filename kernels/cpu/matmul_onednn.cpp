@@ -28,6 +28,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 
@@ -119,15 +120,21 @@ bool onednn_bf16_matmul_available() {
   static const bool available = [] {
     const char* env = std::getenv("RINGZERO_BF16_MATMUL");
     if (env && std::strcmp(env, "fp32") == 0) return false;
-    if (!cpu_has_bf16_units()) {
+    return cpu_has_bf16_units();
+  }();
+  return available;
+}
+
+void note_bf16_matmul_fallback() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("RINGZERO_BF16_MATMUL");
+    if (env && std::strcmp(env, "fp32") == 0) return;  // asked for: no news
+    if (!cpu_has_bf16_units())
       std::fprintf(stderr,
                    "ringzero: this CPU has no AVX512_BF16 or AMX-BF16: bf16 matmuls run in fp32 (Eigen) on "
                    "widened copies\n");
-      return false;
-    }
-    return true;
-  }();
-  return available;
+  });
 }
 
 std::string onednn_bf16_matmul_status() {
@@ -187,12 +194,13 @@ bool onednn_matmul(void* dst, int64_t ldd, StridedOperand a, StridedOperand b, c
 
 #else  // built without oneDNN
 
-bool onednn_bf16_matmul_available() {
-  static const bool available = [] {
+bool onednn_bf16_matmul_available() { return false; }
+
+void note_bf16_matmul_fallback() {
+  static std::once_flag once;
+  std::call_once(once, [] {
     std::fprintf(stderr, "ringzero: built without oneDNN (libdnnl-dev): bf16 matmuls run in fp32 (Eigen) on widened copies\n");
-    return false;
-  }();
-  return available;
+  });
 }
 
 std::string onednn_bf16_matmul_status() { return "off: built without oneDNN (libdnnl-dev)"; }

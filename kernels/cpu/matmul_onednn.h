@@ -14,9 +14,14 @@
 namespace rz {
 
 // True when bf16 matmuls can run on bf16 hardware here: oneDNN was built in, the CPU has
-// AVX512_BF16 or AMX-BF16, and RINGZERO_BF16_MATMUL is not "fp32". The first call on a
-// CPU without them prints one notice that bf16 matmuls fall back to fp32 (Eigen).
+// AVX512_BF16 or AMX-BF16, and RINGZERO_BF16_MATMUL is not "fp32". Prints nothing: a
+// query (`ringzero memory --json` plans with it, and its output must stay JSON).
 bool onednn_bf16_matmul_available();
+
+// Called by a bf16 matmul that widens its operands to fp32: the first call in a process
+// prints one notice saying so and why (no bf16 units, or no oneDNN in the build), unless
+// RINGZERO_BF16_MATMUL=fp32 asked for it. Thread-safe (std::call_once).
+void note_bf16_matmul_fallback();
 
 // One phrase for reports and tests: "on: oneDNN 3.2.0", or "off: " and why (no oneDNN in
 // the build, no bf16 units, RINGZERO_BF16_MATMUL=fp32). Prints nothing.
