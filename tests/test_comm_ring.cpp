@@ -169,3 +169,94 @@ TEST_CASE("small AllReduce (N = 2, 3, 4) is bitwise the ring's result and reduce
     }
   }
 }
+
+namespace {
+
+// A channel that records the messages a chunk cursor sends and replays them to the
+// receiving cursor: starts_direct from `threshold` bytes, send_direct references a chunk
+// or sends the note as `reference` says.
+class RecordingChannel final : public RingChannel {
+ public:
+  RecordingChannel(size_t threshold, bool reference) : threshold_(threshold), reference_(reference) {}
+  void send(const void* src, size_t bytes, MsgTag tag) override {
+    const auto* p = static_cast<const unsigned char*>(src);
+    log.push_back({tag, bytes, std::vector<unsigned char>(p, p + bytes)});
+  }
+  void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
+    REQUIRE(next_ < log.size());
+    const Msg& m = log[next_++];
+    REQUIRE(m.tag == tag);
+    REQUIRE(m.bytes == bytes);
+    consume(m.payload.data());
+  }
+  size_t max_message_bytes() const override { return 1 << 20; }
+  void close() override {}
+  bool direct_reads() const override { return true; }
+  bool starts_direct(size_t bytes) const override { return bytes >= threshold_; }
+  bool send_direct(const void* src, size_t bytes) override {
+    referenced_src_ = static_cast<const unsigned char*>(src);
+    log.push_back({MsgTag::direct, bytes, {}});
+    return reference_;
+  }
+  bool recv_direct(void* dst, size_t bytes) override {
+    REQUIRE(next_ < log.size());
+    const Msg& m = log[next_++];
+    REQUIRE(m.tag == MsgTag::direct);
+    REQUIRE(m.bytes == bytes);
+    if (!reference_) return false;
+    std::memcpy(dst, referenced_src_, bytes);
+    return true;
+  }
+
+  struct Msg {
+    MsgTag tag;
+    size_t bytes;
+    std::vector<unsigned char> payload;
+  };
+  std::vector<Msg> log;
+
+ private:
+  size_t threshold_;
+  bool reference_;
+  size_t next_ = 0;
+  const unsigned char* referenced_src_ = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("chunk cursors: segments, a reference, or the note and then segments, as the channel decides") {
+  std::vector<unsigned char> src(1000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  struct Case {
+    size_t bytes;
+    bool readable, reference;
+    std::vector<MsgTag> tags;
+  };
+  // threshold 100 bytes, segments of 300
+  const std::vector<Case> cases = {
+      {0, true, true, {}},
+      {99, true, true, {MsgTag::data}},                                 // under the threshold: segments
+      {1000, false, true, {MsgTag::data, MsgTag::data, MsgTag::data, MsgTag::data}},  // not readable in place
+      {1000, true, true, {MsgTag::direct}},                             // one reference
+      {1000, true, false, {MsgTag::direct, MsgTag::data, MsgTag::data, MsgTag::data, MsgTag::data}},  // the note
+  };
+  for (const Case& c : cases) {
+    INFO("bytes " << c.bytes << " readable " << c.readable << " reference " << c.reference);
+    RecordingChannel ch(100, c.reference);
+    OutgoingChunk out(ch, reinterpret_cast<const char*>(src.data()), c.bytes, 300, c.readable);
+    size_t sent = 0;
+    while (!out.done()) sent += out.send_next();
+    CHECK(sent == c.bytes);
+    CHECK(out.referenced() == (c.readable && c.reference && c.bytes >= 100));
+    std::vector<MsgTag> tags;
+    for (const auto& m : ch.log) tags.push_back(m.tag);
+    CHECK(tags == c.tags);
+    std::vector<unsigned char> dst(c.bytes, 0);
+    IncomingChunk in(ch, reinterpret_cast<char*>(dst.data()), c.bytes, 300, c.readable);
+    size_t received = 0;
+    while (!in.done())
+      received += in.recv_next([&](size_t first, size_t n, const void* p) { std::memcpy(dst.data() + first, p, n); });
+    CHECK(received == c.bytes);
+    CHECK(std::equal(dst.begin(), dst.end(), src.begin()));
+  }
+}

@@ -80,29 +80,28 @@ void observe(RingContext& ctx, CollectiveKind phase, int round, bool end, int se
   ctx.observer->on_round(ev);
 }
 
-// One round of either phase: send send_count elements from send_src to the right neighbour
-// and receive recv_count elements from the left, segment by segment and interleaved, so
-// that while this rank consumes segment s its neighbours already move segment s+1.
-// consume(first, n, incoming) takes the n received elements that start at element `first`
-// of the chunk; `incoming` points into the channel's slot and is valid only during the call.
-template <typename Consume>
-void exchange_round(RingContext& ctx, const char* send_src, size_t send_count, size_t recv_count,
-                    size_t esz, Consume consume) {
-  RingChannel& ch = *ctx.channel;
-  const size_t seg = segment_elems(ctx, esz);
-  const size_t nseg_send = (send_count + seg - 1) / seg, nseg_recv = (recv_count + seg - 1) / seg;
-  for (size_t s = 0; s < std::max(nseg_send, nseg_recv); ++s) {
-    if (s < nseg_send) {
-      const size_t n = std::min(seg, send_count - s * seg);
-      ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
-      ctx.bytes_sent += n * esz;
-    }
-    if (s < nseg_recv) {
-      const size_t first = s * seg, n = std::min(seg, recv_count - first);
-      ch.recv(n * esz, MsgTag::data, [&](const void* incoming) { consume(first, n, incoming); });
-      ctx.bytes_recv += n * esz;
-    }
+// One round of either phase: `out` goes to the right neighbour while `in` comes from the
+// left, message by message interleaved (send one, receive one), so that no rank waits on
+// a full inbox while its own is full, and while this rank consumes segment s its
+// neighbours already move segment s+1. consume(first, n, incoming) takes the n received
+// elements that start at element `first` of the chunk; `incoming` points into the
+// channel's slot and is valid only during the call. after_first_send() runs between the
+// round's first send and its first receive, after_first_recv() right after that receive.
+template <typename Consume, typename AfterSend, typename AfterRecv>
+void exchange_round(RingContext& ctx, OutgoingChunk& out, IncomingChunk& in, size_t esz, const Consume& consume,
+                    const AfterSend& after_first_send, const AfterRecv& after_first_recv) {
+  auto consume_bytes = [&](size_t first, size_t n, const void* incoming) { consume(first / esz, n / esz, incoming); };
+  for (bool first = true; !out.done() || !in.done(); first = false) {
+    if (!out.done()) ctx.bytes_sent += out.send_next();
+    if (first) after_first_send();
+    if (!in.done()) ctx.bytes_recv += in.recv_next(consume_bytes);
+    if (first) after_first_recv();
   }
+}
+
+template <typename Consume>
+void exchange_round(RingContext& ctx, OutgoingChunk& out, IncomingChunk& in, size_t esz, const Consume& consume) {
+  exchange_round(ctx, out, in, esz, consume, [] {}, [] {});
 }
 
 // The ReduceScatter phase. in: the rank's full input (count elements). The running partial
@@ -111,7 +110,7 @@ template <typename PartialFn>
 void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t count, DType dt,
                           ReduceOp op, PartialFn partial) {
   const int N = ctx.nranks, r = ctx.rank;
-  const size_t esz = dtype_size(dt);
+  const size_t esz = dtype_size(dt), seg_bytes = segment_elems(ctx, esz) * esz;
   for (int k = 1; k <= N - 1; ++k) {
     const int send_chunk = mod(r - k, N), recv_chunk = mod(r - k - 1, N);
     const bool last_hop = k == N - 1;  // recv_chunk == r: the sum is complete after this add
@@ -121,85 +120,60 @@ void reduce_scatter_phase(RingContext& ctx, const char* in, char* out, size_t co
     const char* own = in + rc.offset * esz;
     const int divide_by = last_hop && op == ReduceOp::avg ? N : 0;
     observe(ctx, CollectiveKind::reduce_scatter, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    exchange_round(ctx, send_src, sc.count, rc.count, esz, [&](size_t first, size_t n, const void* incoming) {
-      ctx.elements->reduce(dt, recv_dst + first * esz, incoming, own + first * esz, n, divide_by);
+    // Partial sums travel through the slots: the receiver reads each byte once anyway to add it.
+    OutgoingChunk outgoing(*ctx.channel, send_src, sc.count * esz, seg_bytes, false);
+    IncomingChunk incoming(*ctx.channel, nullptr, rc.count * esz, seg_bytes, false);
+    exchange_round(ctx, outgoing, incoming, esz, [&](size_t first, size_t n, const void* slot) {
+      ctx.elements->reduce(dt, recv_dst + first * esz, slot, own + first * esz, n, divide_by);
     });
     observe(ctx, CollectiveKind::reduce_scatter, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
 }
 
-// The AllGather phase over out (count elements), which already holds chunk r.
-// With allow_direct over a channel with direct reads, every chunk of at least
-// kDirectChunkBytes starts with send_direct / recv_direct: the transport either sends a
-// reference that the right neighbour copies straight out of `out` (one copy per hop
-// instead of two), or a note after which the chunk goes through the slots in segments as
-// usual (channel.h). Smaller chunks, and every chunk elsewhere, go through the slots.
-// Both ends of a hop see the same chunk size, so they agree on whether the first message
-// is a direct one; what follows it the receiver learns from it. Message by message the
-// round keeps exchange_round's order (send one, receive one), so no rank waits on a full
-// inbox while its own is full. Because the right neighbour reads `out` after this rank
-// has moved on, the phase ends by waiting until it has read everything.
-// AllReduce's AllGather phase does not use direct reads: measured on the 2-core VM it was
-// slower with CMA references (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md),
-// the plain AllGather faster (up to 2.3x at 1 MiB); and DDP's gradient buckets are not
+// The AllGather phase over out (count elements), which already holds chunk r, or, with
+// own_src, receives it from there during round 1. With `in_place_reads` (host buffers), the
+// channel may let the right neighbour read each chunk straight out of `out` (or own_src)
+// instead of sending it through the slots (channel.h, direct reads); because it reads after
+// this rank has moved on, the phase then ends by waiting until it has read everything.
+// AllReduce's AllGather phase does not allow it: measured on the 2-core VM it was slower
+// with CMA references (0.4-0.9x at N = 2, bench/results/comm-targets-2026-11-30b.md), the
+// plain AllGather faster (up to 2.3x at 1 MiB); and DDP's gradient buckets are not
 // registered memory, so registered references would not reach training there.
-void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool allow_direct,
+void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool in_place_reads,
                       const char* own_src = nullptr) {
   const int N = ctx.nranks, r = ctx.rank;
-  const size_t esz = dtype_size(dt);
-  RingChannel& ch = *ctx.channel;
-  const bool direct = allow_direct && ctx.elements->on_host() && ch.direct_reads();  // host buffers only
-  const size_t seg = segment_elems(ctx, esz);
-  bool sent_direct = false;
+  const size_t esz = dtype_size(dt), seg_bytes = segment_elems(ctx, esz) * esz;
+  const bool readable = in_place_reads && ctx.elements->on_host();
+  bool sent_reference = false;
   for (int k = 1; k <= N - 1; ++k) {
     const int send_chunk = mod(r - k + 1, N), recv_chunk = mod(r - k, N);
     ShardRange sc = shard_of(count, N, send_chunk), rc = shard_of(count, N, recv_chunk);
     const char* send_src = k == 1 && own_src != nullptr ? own_src : out + sc.offset * esz;
     char* recv_dst = out + rc.offset * esz;
-    // Rank r's own chunk (own_src) reaches out[r] in round 1, after its reference went out.
-    // At N = 2 the copy comes before the receive on rank 0 and after it on rank 1, so both
-    // ranks copy chunk 0, then both chunk 1: the second reader of each source finds it in
-    // the shared cache (AllGather of 1 MiB 1.2-1.3x faster on the 2-core VM). From N = 3 it
-    // comes before the receive, so the forwarding rounds that follow are not delayed.
+    OutgoingChunk outgoing(*ctx.channel, send_src, sc.count * esz, seg_bytes, readable);
+    IncomingChunk incoming(*ctx.channel, recv_dst, rc.count * esz, seg_bytes, readable);
+    // Rank r's own chunk (own_src) reaches out[r] in round 1. A chunk that goes through the
+    // slots is copied first. One the neighbour may read in place is copied after its
+    // reference went out: at N = 2 before the receive on rank 0 and after it on rank 1, so
+    // both ranks copy chunk 0, then both chunk 1, and the second reader of each source finds
+    // it in the shared cache (AllGather of 1 MiB 1.2-1.3x faster on the 2-core VM); from
+    // N = 3 before the receive, so the forwarding rounds that follow are not delayed.
     auto copy_own = [&] {
       if (own_src != nullptr && sc.count > 0) bulk_copy(out + sc.offset * esz, own_src, sc.count * esz);
     };
-    const bool own_first = N > 2 || send_chunk < recv_chunk;
-    // Messages of this round in each direction: [direct message] then segments.
-    const bool send_first = direct && sc.count * esz >= kDirectChunkBytes;
-    if (k == 1 && !send_first) copy_own();  // a chunk that goes through the slots: copied first
-    const bool recv_first = direct && rc.count * esz >= kDirectChunkBytes;
-    const size_t send_segs = (sc.count + seg - 1) / seg, recv_segs = (rc.count + seg - 1) / seg;
-    size_t nsend = send_first ? 1 : send_segs, nrecv = recv_first ? 1 : recv_segs;
+    const bool own_round = k == 1 && own_src != nullptr;
+    const bool copy_before_recv = N > 2 || send_chunk < recv_chunk;
+    if (own_round && !outgoing.starts_direct()) copy_own();
     observe(ctx, CollectiveKind::all_gather, k, false, send_chunk, recv_chunk, send_src, sc.count, dt);
-    for (size_t m = 0; m < std::max(nsend, nrecv); ++m) {
-      if (m < nsend && send_first && m == 0) {
-        if (ch.send_direct(send_src, sc.count * esz)) {
-          sent_direct = true;
-          ctx.bytes_sent += sc.count * esz;
-        } else {
-          nsend = 1 + send_segs;  // the chunk follows through the slots
-        }
-      } else if (m < nsend) {
-        const size_t s = send_first ? m - 1 : m, n = std::min(seg, sc.count - s * seg);
-        ch.send(send_src + s * seg * esz, n * esz, MsgTag::data);
-        ctx.bytes_sent += n * esz;
-      }
-      if (k == 1 && m == 0 && send_first && own_first) copy_own();
-      if (m < nrecv && recv_first && m == 0) {
-        if (ch.recv_direct(recv_dst, rc.count * esz)) ctx.bytes_recv += rc.count * esz;
-        else nrecv = 1 + recv_segs;
-      } else if (m < nrecv) {
-        const size_t s = recv_first ? m - 1 : m, first = s * seg, n = std::min(seg, rc.count - first);
-        ch.recv(n * esz, MsgTag::data,
-                [&](const void* incoming) { ctx.elements->copy(recv_dst + first * esz, incoming, n * esz); });
-        ctx.bytes_recv += n * esz;
-      }
-      if (k == 1 && m == 0 && send_first && !own_first) copy_own();
-    }
+    exchange_round(
+        ctx, outgoing, incoming, esz,
+        [&](size_t first, size_t n, const void* slot) { ctx.elements->copy(recv_dst + first * esz, slot, n * esz); },
+        [&] { if (own_round && outgoing.starts_direct() && copy_before_recv) copy_own(); },
+        [&] { if (own_round && outgoing.starts_direct() && !copy_before_recv) copy_own(); });
+    sent_reference = sent_reference || outgoing.referenced();
     observe(ctx, CollectiveKind::all_gather, k, true, send_chunk, recv_chunk, recv_dst, rc.count, dt);
   }
-  if (sent_direct) ch.wait_sent_consumed();
+  if (sent_reference) ctx.channel->wait_sent_consumed();
 }
 
 // AllReduce of a small tensor (small_all_reduce_applies) in N-1 dependent hops instead

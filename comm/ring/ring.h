@@ -92,15 +92,6 @@ struct RingContext {
   uint64_t bytes_recv = 0;
 };
 
-// AllGather chunks of at least kDirectChunkBytes start with send_direct over a channel with
-// direct_reads() (channel.h); smaller ones are cheaper through the slots. The shm
-// transport sends a reference for a chunk in a registered buffer at any size (read with
-// memcpy) and for other memory up to kDirectChunkMaxBytes (read with process_vm_readv):
-// larger CMA reads measured slower than the slots on the 2-core VM (8 MiB chunks:
-// 0.57-0.99x in six alternating runs, 4 MiB chunks 1.09-1.34x; bench/results/
-// comm-targets-2026-11-30b.md), so those chunks follow through the slots.
-constexpr size_t kDirectChunkBytes = 64 * 1024;
-constexpr size_t kDirectChunkMaxBytes = 4u << 20;
 // An AllReduce of at most this many bytes takes the small path at N = 2 (where it sends the
 // ring's bytes), of at most kSmallAllReduceManyBytes from N = 3 (where it sends (N-1) x M
 // instead of the ring's 2(N-1)/N x M: kept to the host values, a loss or a vote, so that

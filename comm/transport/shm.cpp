@@ -208,6 +208,7 @@ class ShmChannel final : public SlotChannel {
         direct_(direct) {}
   bool direct_reads() const override { return direct_; }
   bool reads_shared_memory() const override { return direct_; }
+  bool starts_direct(size_t bytes) const override { return direct_ && bytes >= kDirectChunkBytes; }
   // A chunk in a registered buffer goes as a region reference at any size (the receiver
   // memcpy's it from its mapping), other memory as a CMA reference up to
   // kDirectChunkMaxBytes, larger chunks through the slots.
