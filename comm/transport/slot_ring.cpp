@@ -1,57 +1,19 @@
 // comm/transport/slot_ring.cpp: the slot ring's wait, publish and consume paths (see slot_ring.h).
 #include "comm/transport/slot_ring.h"
 
-#include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "base/memory.h"
+#include "comm/transport/wait.h"
 
 namespace rz {
 namespace {
 
 constexpr size_t kAlign = 64;
 size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// Shared (not FUTEX_PRIVATE) so a sleeper in one process is woken by a writer in another.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) {
-  timespec ts{0, timeout_ns};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
-}
-
-// A zombie still answers kill(pid, 0), so also look at its state in /proc. A /proc entry
-// that exists but cannot be read (a seccomp filter, hidepid) says nothing: alive.
-bool process_gone(int pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return errno == ENOENT || errno == ESRCH;
-  char buf[512] = {0};
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const char* rp = std::strrchr(buf, ')');
-  return n > 0 && rp != nullptr && (rp[2] == 'Z' || rp[2] == 'X');
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -92,58 +54,26 @@ int spin_pauses_for(int nranks) {
 template <typename Ready>
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting, const Ready& ready,
                         const PeerWatch& watch, bool sending) {
-  using clock = std::chrono::steady_clock;
-  // 1. Spin very briefly (watch.spin_pauses; none when ranks outnumber cores). Longer
-  //    spins (2000 pauses) made the 8-byte all_reduce 9x slower on a loaded 2-core host
-  //    (bench/results/comm-targets-2026-11-29.md): the spinning rank burns the time slice
-  //    its peer needs. A yield that finds nothing else to run returns at once, so phase 2
-  //    costs an idle host almost nothing.
-  for (int i = 0; i < watch.spin_pauses; ++i) {
-    if (ready()) return;
-    cpu_relax();
-  }
-  auto start = clock::now();
-  auto deadline = start + std::chrono::duration<double>(watch.timeout_s);
-  // 2. Yield for up to kYieldPhase: gives the core to a runnable peer (or its comm
-  //    thread) without the wake-up latency of a futex sleep, which costs tens of
-  //    microseconds per hop. Only a peer that is busy computing for longer than this
-  //    (a rank waiting at the start of a collective) ends up in phase 3.
-  constexpr auto kYieldPhase = std::chrono::milliseconds(2);
-  auto next_pid_check = start + std::chrono::milliseconds(50);
-  for (unsigned i = 0;; ++i) {
-    if (ready()) return;
-    if ((i & 15) == 15) {
-      if (watch.stop && watch.stop()) return;
-      if (hdr_->closed.load() != 0) break;  // reported below
-      if (clock::now() - start >= kYieldPhase) break;
-    }
-    sched_yield();
-  }
-  // 3. Sleep on the futex in short slices, checking the closed flag, the deadline and
-  //    whether the peer process still exists between slices.
-  for (;;) {
-    uint32_t seen = word.load();
-    if (ready()) return;
-    if (watch.stop && watch.stop()) return;
+  double next_pid_check_s = 0.05;
+  auto check = [&](double waited_s) {
+    if (watch.stop && watch.stop()) return false;
     if (hdr_->closed.load() != 0)
       throw PeerError(watch.peer_rank, strfmt("peer rank %d closed the channel", watch.peer_rank));
-    auto now = clock::now();
-    if (now >= deadline)
+    if (waited_s >= watch.timeout_s)
       throw PeerError(watch.peer_rank,
                       strfmt("timed out after %.0f s waiting for rank %d to %s (raise --comm-timeout or "
                              "RINGZERO_COMM_TIMEOUT if that rank is just slow)",
                              watch.timeout_s, watch.peer_rank, sending ? "take data" : "send data"));
-    if (watch.check_pid && now >= next_pid_check) {
-      int pid = sending ? hdr_->receiver_pid.load() : hdr_->sender_pid.load();
+    if (watch.check_pid && waited_s >= next_pid_check_s) {
+      const int pid = sending ? hdr_->receiver_pid.load() : hdr_->sender_pid.load();
       if (process_gone(pid))
         throw PeerError(watch.peer_rank,
                         strfmt("peer rank %d closed the channel (its process %d died)", watch.peer_rank, pid));
-      next_pid_check = now + std::chrono::milliseconds(50);
+      next_pid_check_s = waited_s + 0.05;
     }
-    waiting.store(1);
-    if (word.load() == seen && !ready() && hdr_->closed.load() == 0) futex_wait(&word, seen, 10'000'000);
-    waiting.store(0);
-  }
+    return true;
+  };
+  wait_on_word(word, waiting, watch.spin_pauses, ready, check);
 }
 
 // Producer side: true once the slot of message `head` is free (the receiver has consumed

@@ -17,11 +17,10 @@
 // waiting flags sit on lines of their own, written only around a futex sleep. `head` is
 // still stored after every message, for a receiver that sleeps on it.
 //
-// Waiting: spin 64 pause instructions (none when the ranks outnumber the cores), then
-// yield the core for up to 2 ms (a descheduled peer gets to run, and no futex wake-up
-// latency sits on the hot path), and only then futex-sleep in short slices, checking
-// between slices the closed flag, the deadline and (shm) whether the peer process still
-// exists.
+// Waiting (comm/transport/wait.h): spin 64 pause instructions (none when the ranks
+// outnumber the cores), then yield the core for up to 2 ms, and only then futex-sleep in
+// short slices, checking between slices the closed flag, the deadline and (shm) whether
+// the peer process still exists.
 #pragma once
 
 #include <atomic>
