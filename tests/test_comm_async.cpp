@@ -143,3 +143,80 @@ TEST_CASE("without debug, a size mismatch is still an error, not a hang") {
   REQUIRE((errors[0].find("not running the same collective") != std::string::npos ||
            errors[1].find("not running the same collective") != std::string::npos));
 }
+
+// The gather board (comm/transport/gather_board.h) that the small AllReduce uses from N = 3.
+
+TEST_CASE("gather board: a thousand small AllReduces in a row, each with its own known sum") {
+  // Every gather reuses one of two entries per rank: a rank that ran ahead into the next
+  // gather must never overwrite an input another rank has not read yet.
+  for (int N : {3, 4, 5}) {
+    auto comms = make_thread_communicators(N, CommOptions{});
+    auto errors = run_ranks(N, [&](int r) {
+      for (int k = 0; k < 1000; ++k) {
+        float v[3] = {float(k), float(r), float(k * N + r)};
+        comms[r]->all_reduce(v, 3, DType::f32, ReduceOp::sum);
+        const float ranks = float(N * (N - 1) / 2);
+        if (v[0] != float(k * N) || v[1] != ranks || v[2] != float(k * N * N) + ranks)
+          throw Error(strfmt("all_reduce %d: %g %g %g", k, v[0], v[1], v[2]));
+      }
+    });
+    for (int r = 0; r < N; ++r) {
+      INFO("N = " << N << ", rank " << r << ": " << errors[r]);
+      CHECK(errors[r].empty());
+    }
+  }
+}
+
+TEST_CASE("gather board: ranks that post inputs of different sizes fail, naming the rank") {
+  const int N = 3;
+  CommOptions o;
+  o.timeout_s = 30;
+  auto comms = make_thread_communicators(N, o);
+  auto errors = run_ranks(N, [&](int r) {
+    std::vector<float> buf(8, 1.0f);
+    comms[r]->all_reduce(buf.data(), r == 1 ? 5 : 4, DType::f32, ReduceOp::sum);
+  });
+  CHECK(errors[0].find("rank 1 posted a 20-byte input of another collective where a 16-byte one was expected") !=
+        std::string::npos);
+  for (int r = 0; r < N; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].find("timed out") == std::string::npos);
+  }
+}
+
+TEST_CASE("gather board: a rank on the ring while the others wait on the board is an error, not a hang") {
+  const int N = 3;
+  CommOptions o;
+  o.timeout_s = 30;  // a hang would end in "timed out", which no rank may report
+  auto comms = make_thread_communicators(N, o);
+  auto errors = run_ranks(N, [&](int r) {
+    std::vector<float> buf(1000, 1.0f);
+    comms[r]->all_reduce(buf.data(), r == 1 ? 1000 : 4, DType::f32, ReduceOp::sum);
+  });
+  CHECK(errors[2].find("rank 1 sent a ring message while this rank waits on the gather board") != std::string::npos);
+  for (int r = 0; r < N; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(!errors[r].empty());
+    CHECK(errors[r].find("timed out") == std::string::npos);
+  }
+}
+
+TEST_CASE("gather board: a rank that never posts makes the others time out, naming it") {
+  const int N = 3;
+  CommOptions o;
+  o.timeout_s = 1;
+  auto comms = make_thread_communicators(N, o);
+  auto errors = run_ranks(N, [&](int r) {
+    if (r == 2) return;  // never arrives
+    float v = 1.0f;
+    comms[r]->all_reduce(&v, 1, DType::f32, ReduceOp::sum);
+  });
+  // The first to time out closes the board; the other may see that first. Both name rank 2.
+  const std::string timed_out = "timed out after 1 s waiting for rank 2 to post its input to the gather board";
+  CHECK((errors[0].find(timed_out) != std::string::npos || errors[1].find(timed_out) != std::string::npos));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK((errors[r].find(timed_out) != std::string::npos ||
+           errors[r].find("closed the gather board (it failed) while rank 2 had not posted") != std::string::npos));
+  }
+}

@@ -62,6 +62,33 @@ TEST_CASE("shm: a rank killed mid-collective fails the others promptly") { kill_
 
 TEST_CASE("tcp: a rank killed mid-collective fails the others promptly") { kill_mid_collective("tcp"); }
 
+TEST_CASE("shm: a rank killed before it posts to the gather board fails the others promptly") {
+  // From N = 3 a small AllReduce meets on the board (comm/transport/gather_board.h), not the
+  // ring: the survivors find the victim's pid gone (or a survivor's closed board) and name it.
+  const int N = 3, victim = 2;
+  CommOptions o;
+  o.transport = CommTransport::shm;
+  o.timeout_s = 60;  // the survivors must not need the timeout
+  auto t0 = Clock::now();
+  auto results = run_process_ranks(N, o, [&](Communicator& c) {
+    for (int k = 0; k < 5; ++k) {
+      if (c.rank() == victim && k == 2) raise(SIGKILL);
+      float v = 1.0f;
+      c.all_reduce(&v, 1, DType::f32, ReduceOp::sum);
+    }
+  }, 50.0);
+  const double secs = seconds_since(t0);
+  REQUIRE(results[victim].status == 128 + SIGKILL);
+  for (int r = 0; r < N; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << results[r].error);
+    CHECK(results[r].status == 1);
+    CHECK(results[r].error.find(strfmt("rank %d: all_reduce #3: ", r)) != std::string::npos);
+    CHECK(results[r].error.find("rank 2") != std::string::npos);
+  }
+  CHECK(secs < 10.0);
+}
+
 TEST_CASE("a rank that never arrives makes the others time out with a clear error") {
   CommOptions o;
   o.transport = CommTransport::shm;

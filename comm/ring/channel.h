@@ -85,6 +85,19 @@ class RingChannel {
   // Waits until the right neighbour has consumed every message this rank sent.
   virtual void wait_sent_consumed() {}
 
+  // Small gathers (comm/transport/gather_board.h): a transport whose ranks share a board
+  // collects every rank's small input in one step instead of N-1 hops around the ring.
+  // Whether it takes `bytes` bytes per rank (every rank answers alike for the same size):
+  virtual bool gathers_small(size_t bytes) const {
+    (void)bytes;
+    return false;
+  }
+  // Every rank's `bytes` bytes at mine into all (N x bytes, rank order); `what` names the
+  // collective, so ranks that run different ones fail with an error instead of mixing them.
+  virtual void gather_small(const void* mine, size_t bytes, uint64_t what, void* all) {
+    (void)mine, (void)bytes, (void)what, (void)all;
+    RZ_FAIL("this transport has no gather board");
+  }
 };
 
 

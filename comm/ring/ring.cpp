@@ -179,7 +179,8 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
 // AllReduce of a small tensor (small_all_reduce_applies) in N-1 dependent hops instead
 // of the ring's 2(N-1): in round k rank r sends right the whole input of rank r-k+1 (its
 // own in round 1, afterwards the one it received last round) and receives rank r-k's, so
-// after N-1 rounds every rank holds all N inputs. Each rank then adds them up chunk by
+// after N-1 rounds every rank holds all N inputs. A transport with a gather board (shm and
+// thread from N = 3; comm/transport/gather_board.h) collects them in one step instead. Each rank then adds them up chunk by
 // chunk in exactly the order the ring's ReduceScatter would have: chunk c starts as rank
 // c+1's input and gains the inputs of ranks c+2, ..., c+N (= c), one reduce_elements call
 // per hop with the partial sum as the first operand, bf16 rounded after every add, avg
@@ -194,14 +195,24 @@ void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, Reduc
   const size_t esz = dtype_size(dt), bytes = count * esz;
   RingChannel& ch = *ctx.channel;
   char* inputs = static_cast<char*>(ctx.elements->scratch(N * bytes));  // rank q's input at q * bytes (host)
-  std::memcpy(inputs + r * bytes, buf, bytes);
-  for (int k = 1; k <= N - 1; ++k) {
-    if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::all_reduce, k), std::memory_order_relaxed);
-    char* dst = inputs + mod(r - k, N) * bytes;
-    ch.send(inputs + mod(r - k + 1, N) * bytes, bytes, MsgTag::data);
-    ch.recv(bytes, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, bytes); });
-    ctx.bytes_sent += bytes;
-    ctx.bytes_recv += bytes;
+  if (ch.gathers_small(bytes)) {
+    // One step on the transport's board instead of the hops: the same inputs, and each is
+    // still delivered to N-1 ranks, so the byte counts stay the ring's.
+    if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::all_reduce, 1), std::memory_order_relaxed);
+    const uint64_t what = (uint64_t{static_cast<uint32_t>(dt)} << 56) ^ (uint64_t{static_cast<uint32_t>(op)} << 48) ^ count;
+    ch.gather_small(buf, bytes, what, inputs);
+    ctx.bytes_sent += (N - 1) * bytes;
+    ctx.bytes_recv += (N - 1) * bytes;
+  } else {
+    std::memcpy(inputs + r * bytes, buf, bytes);
+    for (int k = 1; k <= N - 1; ++k) {
+      if (ctx.progress != nullptr) ctx.progress->store(flight_progress(CollectiveKind::all_reduce, k), std::memory_order_relaxed);
+      char* dst = inputs + mod(r - k, N) * bytes;
+      ch.send(inputs + mod(r - k + 1, N) * bytes, bytes, MsgTag::data);
+      ch.recv(bytes, MsgTag::data, [&](const void* incoming) { std::memcpy(dst, incoming, bytes); });
+      ctx.bytes_sent += bytes;
+      ctx.bytes_recv += bytes;
+    }
   }
   for (int c = 0; c < N; ++c) {
     const ShardRange sr = shard_of(count, N, c);

@@ -103,8 +103,51 @@ std::string dev_shm_size() {
 }
 
 struct ShmPair {
-  ShmMapping inbox, right_inbox;
+  ShmMapping inbox, right_inbox, board;
 };
+
+// Creates the shared-memory object `name` of `bytes` bytes, its pages reserved, and maps it
+// into m (what: "inbox" or "gather board", for errors). The name stays linked (and in the
+// signal handler's table) until m.unlink().
+void create_segment(ShmMapping& m, const std::string& name, size_t bytes, int r, const char* what) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  RZ_SYSCHECK(fd, "shm transport, rank %d: shm_open(%s) for its %s", r, name.c_str(), what);
+  m.name = name;
+  m.slot = remember_linked(name);
+  int trc = ftruncate(fd, static_cast<off_t>(bytes));
+  if (trc < 0) ::close(fd);
+  RZ_SYSCHECK(trc, "shm transport, rank %d: ftruncate %s to %zu bytes (is /dev/shm full?)", r, name.c_str(), bytes);
+  // posix_fallocate returns the error instead of setting errno.
+  const int arc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (arc != 0) {
+    ::close(fd);
+    RZ_FAIL("shm transport, rank %d: cannot reserve %zu bytes in /dev/shm (%s; %s): make /dev/shm larger "
+            "(docker run --shm-size=1g) or use --transport tcp",
+            r, bytes, std::strerror(arc), dev_shm_size().c_str());
+  }
+  m.addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  RZ_CHECK(m.addr != MAP_FAILED, "shm transport, rank %d: mmap %s: %s", r, name.c_str(), errno_string().c_str());
+  m.bytes = bytes;
+}
+
+// Maps rank `owner`'s shared-memory object `name`, which must be `bytes` bytes long.
+void open_segment(ShmMapping& m, const std::string& name, size_t bytes, int r, int owner, const char* what) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  RZ_SYSCHECK(fd, "shm transport, rank %d: cannot open rank %d's %s %s", r, owner, what, name.c_str());
+  struct stat st {};
+  fstat(fd, &st);
+  if (static_cast<size_t>(st.st_size) != bytes) {
+    ::close(fd);
+    RZ_FAIL("shm transport, rank %d: rank %d's %s %s is %lld bytes, expected %zu (different --segment-bytes or "
+            "--nproc?)",
+            r, owner, what, name.c_str(), static_cast<long long>(st.st_size), bytes);
+  }
+  m.addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  RZ_CHECK(m.addr != MAP_FAILED, "shm transport, rank %d: mmap %s: %s", r, name.c_str(), errno_string().c_str());
+  m.bytes = bytes;
+}
 
 // Copies bytes bytes at addr in process pid (the left neighbour) into dst.
 void cma_read(int pid, int peer_rank, void* dst, uint64_t addr, size_t bytes) {
@@ -200,9 +243,9 @@ class RegionMaps {
 // The slot channel of thread and shm (transports.h) plus direct reads.
 class ShmChannel final : public SlotChannel {
  public:
-  ShmChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, int left_pid,
-             bool direct, std::shared_ptr<void> keep)
-      : SlotChannel(to_right, from_left, rank, nranks, timeout_s, true, std::move(keep)),
+  ShmChannel(SlotRing to_right, SlotRing from_left, GatherBoard board, int rank, int nranks, double timeout_s,
+             int left_pid, bool direct, std::shared_ptr<void> keep)
+      : SlotChannel(to_right, from_left, board, rank, nranks, timeout_s, true, std::move(keep)),
         rank_(rank),
         left_pid_(left_pid),
         direct_(direct) {}
@@ -357,57 +400,43 @@ std::unique_ptr<RingChannel> connect_shm_channel(const RankEnv& env, const CommO
   auto maps = std::make_shared<ShmPair>();
 
   // This rank's inbox.
-  std::string name = strfmt("/ringzero-%d-r%d-%s", static_cast<int>(getpid()), r, random_job_token().substr(0, 12).c_str());
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  RZ_SYSCHECK(fd, "shm transport, rank %d: shm_open(%s)", r, name.c_str());
-  maps->inbox.name = name;
-  maps->inbox.slot = remember_linked(name);
-  int trc = ftruncate(fd, static_cast<off_t>(bytes));
-  if (trc < 0) ::close(fd);
-  RZ_SYSCHECK(trc, "shm transport, rank %d: ftruncate %s to %zu bytes (is /dev/shm full?)", r, name.c_str(), bytes);
-  // posix_fallocate returns the error instead of setting errno.
-  const int arc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  if (arc != 0) {
-    ::close(fd);
-    RZ_FAIL("shm transport, rank %d: cannot reserve %zu bytes in /dev/shm (%s; %s): make /dev/shm larger "
-            "(docker run --shm-size=1g) or use --transport tcp",
-            r, bytes, std::strerror(arc), dev_shm_size().c_str());
-  }
-  maps->inbox.addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  RZ_CHECK(maps->inbox.addr != MAP_FAILED, "shm transport, rank %d: mmap %s: %s", r, name.c_str(), errno_string().c_str());
-  maps->inbox.bytes = bytes;
+  const std::string tag = random_job_token().substr(0, 12);
+  create_segment(maps->inbox, strfmt("/ringzero-%d-r%d-%s", static_cast<int>(getpid()), r, tag.c_str()), bytes, r,
+                 "inbox");
   SlotRing::format(maps->inbox.addr, kSlotsPerEdge, slot_bytes_for(opts));
   SlotRing inbox(maps->inbox.addr, bytes);
   inbox.header()->receiver_pid.store(static_cast<int32_t>(getpid()));
-  store.set(strfmt("shm/%d", r), name);
-
-  // The right neighbour's inbox.
-  std::string right_name = store.get(strfmt("shm/%d", right));
-  int rfd = shm_open(right_name.c_str(), O_RDWR, 0);
-  RZ_SYSCHECK(rfd, "shm transport, rank %d: cannot open rank %d's inbox %s", r, right, right_name.c_str());
-  struct stat st {};
-  fstat(rfd, &st);
-  if (static_cast<size_t>(st.st_size) != bytes) {
-    ::close(rfd);
-    RZ_FAIL("shm transport, rank %d: rank %d's inbox %s is %lld bytes, expected %zu (different --segment-bytes?)", r,
-            right, right_name.c_str(), static_cast<long long>(st.st_size), bytes);
+  store.set(strfmt("shm/%d", r), maps->inbox.name);
+  // From N = 3 rank 0 also creates the gather board every rank maps (gather_board.h).
+  const size_t board_bytes = GatherBoard::mapping_bytes(N);
+  if (N >= kBoardMinRanks && r == 0) {
+    create_segment(maps->board, strfmt("/ringzero-%d-board-%s", static_cast<int>(getpid()), tag.c_str()),
+                   board_bytes, r, "gather board");
+    GatherBoard::format(maps->board.addr, N);
+    store.set("shm_board", maps->board.name);
   }
-  maps->right_inbox.addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
-  ::close(rfd);
-  RZ_CHECK(maps->right_inbox.addr != MAP_FAILED, "shm transport, rank %d: mmap %s: %s", r, right_name.c_str(),
-           errno_string().c_str());
-  maps->right_inbox.bytes = bytes;
+
+  // The right neighbour's inbox, and the board.
+  open_segment(maps->right_inbox, store.get(strfmt("shm/%d", right)), bytes, r, right, "inbox");
   SlotRing to_right(maps->right_inbox.addr, bytes);
   to_right.header()->sender_pid.store(static_cast<int32_t>(getpid()));
+  if (N >= kBoardMinRanks && r != 0) open_segment(maps->board, store.get("shm_board"), board_bytes, r, 0, "gather board");
+  GatherBoard board;
+  if (N >= kBoardMinRanks)
+    board = GatherBoard(maps->board.addr, board_bytes, r, N, opts.timeout_s, spin_pauses_for(N),
+                        static_cast<int>(getpid()));
   store.set(strfmt("shm_mapped/%d", r), "1");
 
   // Once the left neighbour has mapped our inbox nobody needs its name any more.
   store.get(strfmt("shm_mapped/%d", left));
   maps->inbox.unlink();
+  if (N >= kBoardMinRanks && r == 0) {  // and once everyone has mapped the board, its name
+    for (int q = 1; q < N; ++q) store.get(strfmt("shm_mapped/%d", q));
+    maps->board.unlink();
+  }
   const int left_pid = inbox.header()->sender_pid.load(), right_pid = to_right.header()->receiver_pid.load();
   const bool direct = agree_on_direct_reads(r, N, left, left_pid, right_pid, cma_allowed, store);
-  return std::make_unique<ShmChannel>(to_right, inbox, r, N, opts.timeout_s, left_pid, direct, maps);
+  return std::make_unique<ShmChannel>(to_right, inbox, board, r, N, opts.timeout_s, left_pid, direct, maps);
 }
 
 }  // namespace rz

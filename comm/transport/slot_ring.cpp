@@ -144,6 +144,11 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
   if (hdr_->sender_waiting.load(std::memory_order_seq_cst) != 0) futex_wake(&hdr_->tail);
 }
 
+bool SlotRing::has_message() const {
+  const uint32_t t = hdr_->tail.load(std::memory_order_relaxed);
+  return meta()[t % hdr_->nslots].seq.load(std::memory_order_acquire) == t + 1;
+}
+
 void SlotRing::wait_consumed(const PeerWatch& watch) {
   const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
   wait_for(hdr_->tail, hdr_->sender_waiting, [&] { return hdr_->tail.load(std::memory_order_acquire) == h; }, watch,

@@ -101,6 +101,8 @@ class SlotRing {
   void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume,
             const PeerWatch& watch);
 
+  // Consumer side: whether a message is waiting (without taking it).
+  bool has_message() const;
   // Producer side: waits until the receiver has consumed every published message (the
   // sender of direct references may then change the memory they point to).
   void wait_consumed(const PeerWatch& watch);
@@ -113,7 +115,9 @@ class SlotRing {
                 const PeerWatch& watch, bool sending);
   bool wait_free_slot(const PeerWatch& watch);  // false: watch.stop fired
   void publish_meta(size_t bytes, MsgTag tag, bool is_inline);
-  SlotMeta* meta() { return reinterpret_cast<SlotMeta*>(reinterpret_cast<char*>(hdr_) + sizeof(SlotRingHeader)); }
+  SlotMeta* meta() const {
+    return reinterpret_cast<SlotMeta*>(reinterpret_cast<char*>(hdr_) + sizeof(SlotRingHeader));
+  }
   char* slot(uint32_t i);
 
   SlotRingHeader* hdr_ = nullptr;

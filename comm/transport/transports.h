@@ -8,6 +8,7 @@
 #include "comm/ring/channel.h"
 #include "comm/options.h"
 #include "comm/rank_env.h"
+#include "comm/transport/gather_board.h"
 #include "comm/transport/slot_ring.h"
 #include "comm/rendezvous/store.h"
 
@@ -18,14 +19,15 @@ constexpr uint32_t kSlotsPerEdge = 4;
 // A slot holds one segment, and at least a fingerprint message.
 inline size_t slot_bytes_for(const CommOptions& opts) { return opts.segment_bytes < 64 ? 64 : opts.segment_bytes; }
 
-// thread and shm: send into the right neighbour's inbox, receive from this rank's inbox.
-// keep holds whatever owns the two rings' memory (heap rings, shm mappings). The shm
-// transport extends it with direct reads (comm/transport/shm.cpp).
+// thread and shm: send into the right neighbour's inbox, receive from this rank's inbox;
+// from N = 3 small gathers on a board all ranks share (gather_board.h; unattached: none).
+// keep holds whatever owns the rings' and the board's memory (heap rings, shm mappings).
+// The shm transport extends it with direct reads (comm/transport/shm.cpp).
 class SlotChannel : public RingChannel {
  public:
-  SlotChannel(SlotRing to_right, SlotRing from_left, int rank, int nranks, double timeout_s, bool check_pids,
-              std::shared_ptr<void> keep)
-      : to_right_(to_right), from_left_(from_left), keep_(std::move(keep)) {
+  SlotChannel(SlotRing to_right, SlotRing from_left, GatherBoard board, int rank, int nranks, double timeout_s,
+              bool check_pids, std::shared_ptr<void> keep)
+      : to_right_(to_right), from_left_(from_left), board_(board), keep_(std::move(keep)) {
     right_.peer_rank = (rank + 1) % nranks;
     left_.peer_rank = (rank - 1 + nranks) % nranks;
     right_.timeout_s = left_.timeout_s = timeout_s;
@@ -41,16 +43,28 @@ class SlotChannel : public RingChannel {
   void close() override {
     to_right_.close();
     from_left_.close();
+    board_.close();
+  }
+  bool gathers_small(size_t bytes) const override { return board_.attached() && bytes <= kBoardPayloadBytes; }
+  void gather_small(const void* mine, size_t bytes, uint64_t what, void* all) override {
+    board_.gather(mine, bytes, what, all, [this] { return from_left_.has_message(); });
   }
 
  protected:
   SlotRing to_right_, from_left_;
+  GatherBoard board_;
   PeerWatch right_, left_;
   std::shared_ptr<void> keep_;
 };
 
+// A slot channel without a gather board (the control and staging channels of the cuda and
+// simulated transports, and tests).
 std::unique_ptr<RingChannel> make_slot_channel(SlotRing to_right, SlotRing from_left, int rank, int nranks,
                                                double timeout_s, bool check_pids, std::shared_ptr<void> keep);
+
+// Ranks from which the slot transports share a gather board: at N = 2 the one ring hop is
+// already a single step each way.
+constexpr int kBoardMinRanks = 3;
 
 // thread: ranks that are threads of one process; element r is rank r's channel (nranks >= 2),
 // every inbox a heap SlotRing owned by all of them together.
