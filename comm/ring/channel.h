@@ -100,7 +100,6 @@ class RingChannel {
   }
 };
 
-
 // The shm transport's rule for direct reads: a chunk of at least kDirectChunkBytes starts
 // with a direct message (smaller ones are cheaper through the slots); the sender references
 // a chunk in a registered buffer at any size (read with memcpy) and one in other memory up

@@ -176,20 +176,21 @@ void all_gather_phase(RingContext& ctx, char* out, size_t count, DType dt, bool 
   if (sent_reference) ctx.channel->wait_sent_consumed();
 }
 
-// AllReduce of a small tensor (small_all_reduce_applies) in N-1 dependent hops instead
-// of the ring's 2(N-1): in round k rank r sends right the whole input of rank r-k+1 (its
-// own in round 1, afterwards the one it received last round) and receives rank r-k's, so
-// after N-1 rounds every rank holds all N inputs. A transport with a gather board (shm and
-// thread from N = 3; comm/transport/gather_board.h) collects them in one step instead. Each rank then adds them up chunk by
-// chunk in exactly the order the ring's ReduceScatter would have: chunk c starts as rank
-// c+1's input and gains the inputs of ranks c+2, ..., c+N (= c), one reduce_elements call
-// per hop with the partial sum as the first operand, bf16 rounded after every add, avg
-// divided by N at the last. Every element is therefore bitwise what the ring computes,
-// and all_reduce == reduce_scatter + all_gather still holds. At N = 2 it sends exactly the
-// ring's bytes (count elements per rank); from N = 3 it sends (N-1) x count, more than the
-// ring's 2(N-1)/N x count, so there it takes only inputs of a few floats (the trainer's
-// loss and votes), whose time is their dependent hops (each a wake-up of the next rank,
-// about 3 us with 4 ranks on 2 cores), not their bytes; gradient buckets keep the ring.
+// AllReduce of a small tensor (small_all_reduce_applies) in N-1 dependent hops instead of
+// the ring's 2(N-1): in round k rank r sends right the whole input of rank r-k+1 (its own
+// in round 1, afterwards the one it received last round) and receives rank r-k's, so after
+// N-1 rounds every rank holds all N inputs (a transport with a gather board, shm and thread
+// from N = 3, collects them in one step instead: comm/transport/gather_board.h). Each rank
+// then adds them up chunk by chunk in exactly the order the ring's ReduceScatter would
+// have: chunk c starts as rank c+1's input and gains the inputs of ranks c+2, ..., c+N
+// (= c), one reduce_elements call per hop with the partial sum as the first operand, bf16
+// rounded after every add, avg divided by N at the last. Every element is therefore bitwise
+// what the ring computes, and all_reduce == reduce_scatter + all_gather still holds. At
+// N = 2 it sends exactly the ring's bytes (count elements per rank); from N = 3 it sends
+// (N-1) x count, more than the ring's 2(N-1)/N x count, so there it takes only inputs of a
+// few floats (the trainer's loss and votes), whose time is their dependent hops (each a
+// wake-up of the next rank, about 3 us with 4 ranks on 2 cores), not their bytes; gradient
+// buckets keep the ring.
 void small_all_reduce(RingContext& ctx, char* buf, size_t count, DType dt, ReduceOp op) {
   const int N = ctx.nranks, r = ctx.rank;
   const size_t esz = dtype_size(dt), bytes = count * esz;
