@@ -20,18 +20,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
-#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
 #include "base/file.h"
+#include "base/process.h"
 #include "data/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -261,7 +262,8 @@ bool is_prepare_output(const std::string& name) {
   return name.find(".tmp.") != std::string::npos;  // a file an interrupted writer left
 }
 
-// Staging directories of earlier runs whose process is gone (killed mid-prepare).
+// Staging directories of earlier runs whose process is gone (killed mid-prepare; a killed
+// run whose parent died too may stay a zombie until init reaps it, and counts as gone).
 void remove_dead_staging(const std::string& out_dir) {
   const std::string prefix = staging_prefix(out_dir);
   const std::string parent = prefix.substr(0, prefix.rfind('/'));
@@ -271,7 +273,7 @@ void remove_dead_staging(const std::string& out_dir) {
     const std::string name = e.path().filename().string();
     if (name.rfind(base, 0) != 0) continue;
     const long pid = std::strtol(name.c_str() + base.size(), nullptr, 10);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path().string());
+    if (pid > 0 && pid <= INT_MAX && process_gone(static_cast<int>(pid))) remove_tree(e.path().string());
   }
 }
 

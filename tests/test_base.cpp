@@ -11,6 +11,7 @@
 #include "base/checked.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "base/process.h"
 #include "base/stop_signal.h"
 
 #include <signal.h>
@@ -279,4 +280,23 @@ TEST_CASE("checked arithmetic, thread bounds, sizes and signal notices") {
                           "after this step", "ringzero: rank 1 received SIGINT (signal 2); every rank stops after this "
                           "step and more"})
     CHECK_FALSE(parse_stop_notice(bad, &rank, &sig));
+}
+
+TEST_CASE("process_gone: a running process is there; an exited one, reaped or a zombie, is gone") {
+  CHECK_FALSE(rz::process_gone(static_cast<int>(getpid())));
+  CHECK_FALSE(rz::process_gone(0));  // no pid: cannot be told
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  CHECK_FALSE(rz::process_gone(child));
+  kill(child, SIGKILL);
+  // Not reaped yet: a zombie, which kill(pid, 0) still finds.
+  for (int i = 0; i < 1000 && !rz::process_gone(child); ++i) usleep(1000);
+  CHECK(kill(child, 0) == 0);
+  CHECK(rz::process_gone(child));
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  CHECK(rz::process_gone(child));
 }

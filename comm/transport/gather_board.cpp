@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/memory.h"
+#include "base/process.h"
 #include "comm/communicator.h"  // PeerError
 #include "comm/transport/wait.h"
 

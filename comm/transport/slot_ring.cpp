@@ -7,6 +7,7 @@
 #include <new>
 
 #include "base/memory.h"
+#include "base/process.h"
 #include "comm/transport/wait.h"
 
 namespace rz {

@@ -27,8 +27,6 @@ namespace rz {
 // Shared futexes (not FUTEX_PRIVATE): a sleeper in one process is woken by a writer in another.
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns);
 void futex_wake(std::atomic<uint32_t>* word);
-// Whether process pid has exited (a zombie counts as exited); false when it cannot be told.
-bool process_gone(int pid);
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
