@@ -190,26 +190,32 @@ TEST_CASE("store: 5000 connect/close cycles leave no threads or memory behind (i
   StoreServer server(0, "tok");
   // The acceptor may still be working through the kernel's queue of closed connections
   // when the loop ends: under TSan on 2 busy cores that took over 10 s (31 left, CI of
-  // 2026-12-02) and once over 60 s (2 left, CI on a Zen 3 the same day). A leaked thread
-  // never ends, so the wait goes on while the count still falls and gives up only after
+  // 2026-12-02) and once over 60 s. So the wait is for every connection made to have been
+  // accepted and its thread to have ended, not for the first moment no thread is alive (the
+  // CI of 2026-12-04 saw such a moment while the queue still held connections). A leaked
+  // thread never ends, so the wait goes on while either count moves and gives up only after
   // 30 s without progress.
+  size_t made = 0;
   auto settle = [&] {
     double last_progress = now_s();
-    for (size_t live = server.live_connections(); live > 0 && now_s() - last_progress < 30;) {
+    size_t accepted = server.accepted_connections(), live = server.live_connections();
+    while ((accepted < made || live > 0) && now_s() - last_progress < 30) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      const size_t now_live = server.live_connections();
-      if (now_live < live) last_progress = now_s();
+      const size_t now_accepted = server.accepted_connections(), now_live = server.live_connections();
+      if (now_accepted > accepted || now_live < live) last_progress = now_s();
+      accepted = now_accepted;
       live = now_live;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the acceptor joins the finished
   };
   // Warm-up: malloc's per-thread arenas (bounded in number) are reserved by the first threads.
-  for (int i = 0; i < 1000; ++i) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+  for (int i = 0; i < 1000; ++i, ++made) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
   settle();
   const long before = vm_size_kb();
   const size_t threads_before = std::distance(fs_iter("/proc/self/task"), fs_iter());
-  for (int i = 0; i < 5000; ++i) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
+  for (int i = 0; i < 5000; ++i, ++made) Socket::connect_to("127.0.0.1", server.port(), now_s() + 5, "test");
   settle();
+  CHECK(server.accepted_connections() == made);
   CHECK(server.live_connections() == 0);
   CHECK(static_cast<size_t>(std::distance(fs_iter("/proc/self/task"), fs_iter())) <= threads_before + 2);
   // A leaked thread costs its 8 MiB stack of address space; 5000 of them 40 GB. What may

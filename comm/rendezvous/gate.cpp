@@ -122,6 +122,7 @@ void Gate::accept_loop() {
       std::string peer;
       Socket s = listener_.accept_until(now_s() + 0.1, &peer);
       if (!s.valid()) continue;
+      accepted_++;
       std::lock_guard<std::mutex> l(mu_);
       std::string why;
       if (!make_room(peer.substr(0, peer.rfind(':')), why)) {

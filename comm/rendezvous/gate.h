@@ -53,6 +53,7 @@ class Gate {
   bool stopping() const { return stop_.load(); }
   size_t refused() const { return refused_.load(); }  // connections refused or dropped so far
   size_t live() const { return live_.load(); }        // connection threads alive
+  size_t accepted() const { return accepted_.load(); }  // taken from the listener so far, turned away included
   size_t pending() const;                             // connections still proving the token
   size_t pending_from(const std::string& ip) const;
   // A log line about a connection (rate-limited with the gate's own).
@@ -85,7 +86,7 @@ class Gate {
   Serve serve_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<size_t> refused_{0}, live_{0};
+  std::atomic<size_t> refused_{0}, live_{0}, accepted_{0};
   mutable std::mutex mu_;
   std::list<Conn> conns_;  // stable addresses: each thread keeps a pointer to its own
   std::list<Socket> admitted_;  // proven and not yet taken (no Serve)

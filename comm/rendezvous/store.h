@@ -56,6 +56,7 @@ class StoreServer {
   int port() const { return gate_->port(); }
   size_t refused() const { return gate_->refused(); }  // connections refused or dropped so far
   size_t live_connections() const { return gate_->live(); }
+  size_t accepted_connections() const { return gate_->accepted(); }  // taken from the listen queue so far
   size_t pending_connections() const { return gate_->pending(); }  // not yet proven
   size_t pending_from(const std::string& ip) const { return gate_->pending_from(ip); }
 
