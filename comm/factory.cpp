@@ -124,7 +124,10 @@ void check_path(const RankEnv& env, const CommOptions& opts, CommPath path) {
            comm_transport_name(opts.transport));
   RZ_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
            "rank %d of world size %d is out of range", env.rank, env.world_size);
-  if (path == CommPath::host_ring) shm_cma_allowed();  // a bad RINGZERO_SHM_CMA, whichever transport
+  if (path == CommPath::host_ring) {  // a bad RINGZERO_SHM_CMA or RINGZERO_CORE_SPREAD, whichever transport
+    shm_cma_allowed();
+    core_spread_allowed();
+  }
   if (path == CommPath::cuda_ring) {
     const std::string why = cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());

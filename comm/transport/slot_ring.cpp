@@ -52,9 +52,9 @@ int spin_pauses_for(int nranks) {
   return nranks <= cores ? 64 : 0;
 }
 
-template <typename Ready>
+template <typename Ready, typename OnIdle>
 void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting, const Ready& ready,
-                        const PeerWatch& watch, bool sending) {
+                        const PeerWatch& watch, bool sending, const OnIdle& on_idle) {
   double next_pid_check_s = 0.05;
   auto check = [&](double waited_s) {
     if (watch.stop && watch.stop()) return false;
@@ -74,7 +74,7 @@ void SlotRing::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& wait
     }
     return true;
   };
-  wait_on_word(word, waiting, watch.spin_pauses, ready, check);
+  wait_on_word(word, waiting, watch.spin_pauses, ready, check, on_idle);
 }
 
 // Producer side: true once the slot of message `head` is free (the receiver has consumed
@@ -88,7 +88,7 @@ bool SlotRing::wait_free_slot(const PeerWatch& watch) {
     producer_tail_ = hdr_->tail.load(std::memory_order_acquire);
     return free_slot();
   };
-  wait_for(hdr_->tail, hdr_->sender_waiting, read_tail, watch, true);
+  wait_for(hdr_->tail, hdr_->sender_waiting, read_tail, watch, true, [] {});
   return read_tail();
 }
 
@@ -128,8 +128,15 @@ void SlotRing::recv(size_t bytes, MsgTag tag, const std::function<void(const voi
                     const PeerWatch& watch) {
   const uint32_t t = hdr_->tail.load(std::memory_order_relaxed);
   SlotMeta& m = meta()[t % hdr_->nslots];
-  wait_for(hdr_->head, hdr_->receiver_waiting,
-           [&] { return m.seq.load(std::memory_order_acquire) == t + 1; }, watch, false);
+  auto on_idle = [&] {
+    if (!watch.on_idle) return;
+    const int cpu = sched_getcpu();
+    hdr_->receiver_idle.store((static_cast<uint64_t>(t) << 32) | static_cast<uint32_t>(cpu + 1),
+                              std::memory_order_relaxed);
+    watch.on_idle(cpu);
+  };
+  wait_for(hdr_->head, hdr_->receiver_waiting, [&] { return m.seq.load(std::memory_order_acquire) == t + 1; },
+           watch, false, on_idle);
   if (m.tag != static_cast<uint32_t>(tag) || m.bytes != bytes) {
     static const char* names[] = {"?", "data", "debug fingerprint", "barrier", "direct reference"};
     auto name = [&](uint32_t x) { return x < 5 ? names[x] : names[0]; };
@@ -150,10 +157,20 @@ bool SlotRing::has_message() const {
   return meta()[t % hdr_->nslots].seq.load(std::memory_order_acquire) == t + 1;
 }
 
+int SlotRing::receiver_idle_cpu() const {
+  const uint64_t v = hdr_->receiver_idle.load(std::memory_order_relaxed);
+  const uint32_t waited_for = static_cast<uint32_t>(v >> 32), core = static_cast<uint32_t>(v);
+  const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
+  // It waited for one of the last few messages sent, or the next: recent (a 2-rank small
+  // AllReduce sends two messages each way, and a receiver on another core finds most without
+  // waiting). Older notes say where it was, not where it is.
+  return core != 0 && h - waited_for <= kRecentMessages ? static_cast<int>(core) - 1 : -1;
+}
+
 void SlotRing::wait_consumed(const PeerWatch& watch) {
   const uint32_t h = hdr_->head.load(std::memory_order_relaxed);
   wait_for(hdr_->tail, hdr_->sender_waiting, [&] { return hdr_->tail.load(std::memory_order_acquire) == h; }, watch,
-           true);
+           true, [] {});
 }
 
 void SlotRing::close() {

@@ -20,7 +20,8 @@
 // Waiting (comm/transport/wait.h): spin 64 pause instructions (none when the ranks
 // outnumber the cores), then yield the core for up to 2 ms, and only then futex-sleep in
 // short slices, checking between slices the closed flag, the deadline and (shm) whether
-// the peer process still exists.
+// the peer process still exists. A receiver whose spin found nothing notes its core in the
+// header, so that a sender on the same core can tell (comm/transport/core_spread.h).
 #pragma once
 
 #include <atomic>
@@ -55,6 +56,9 @@ struct SlotRingHeader {
   alignas(64) std::atomic<uint32_t> tail;              // messages consumed by the receiver
   alignas(64) std::atomic<uint32_t> sender_waiting;    // 1 while the sender sleeps on tail
   alignas(64) std::atomic<uint32_t> receiver_waiting;  // 1 while the receiver sleeps on head
+  // Where the receiver last waited (its spin found nothing): (message it waited for << 32) |
+  // (its core + 1); 0 before the first such wait. The sender reads it (core_spread.h).
+  alignas(64) std::atomic<uint64_t> receiver_idle;
   alignas(64) std::atomic<uint32_t> closed;            // set by either side; wakes both
   std::atomic<int32_t> sender_pid;
   std::atomic<int32_t> receiver_pid;
@@ -67,6 +71,9 @@ struct PeerWatch {
   double timeout_s = kCommTimeoutDefaultS;  // bound on one wait
   bool check_pid = false;     // shm: the peer is another process whose pid is in the header
   std::function<bool()> stop; // optional: true aborts the wait quietly (tcp reader shutdown)
+  // optional, receive waits only: called with this rank's core when the spin found nothing,
+  // after the ring's header has noted it (thread and shm: the CoreSpread of core_spread.h)
+  std::function<void(int cpu)> on_idle;
   int spin_pauses = 64;       // pause instructions before the first yield (spin_pauses_for)
 };
 
@@ -79,7 +86,7 @@ int spin_pauses_for(int nranks);
 
 class SlotRing {
  public:
-  static constexpr uint32_t kMagic = 0x525a5332u;  // "RZS2": the layout with inline payloads
+  static constexpr uint32_t kMagic = 0x525a5333u;  // "RZS3": inline payloads, receiver_idle
   static size_t mapping_bytes(uint32_t nslots, size_t slot_bytes);
   // Writes a fresh header into mem (mapping_bytes() long, zeroed).
   static void format(void* mem, uint32_t nslots, size_t slot_bytes);
@@ -103,6 +110,10 @@ class SlotRing {
 
   // Consumer side: whether a message is waiting (without taking it).
   bool has_message() const;
+  // Producer side: the core the receiver noted while waiting for one of the last
+  // kRecentMessages messages sent or the next one; -1 when it noted none since.
+  static constexpr uint32_t kRecentMessages = 4;
+  int receiver_idle_cpu() const;
   // Producer side: waits until the receiver has consumed every published message (the
   // sender of direct references may then change the memory they point to).
   void wait_consumed(const PeerWatch& watch);
@@ -110,9 +121,9 @@ class SlotRing {
   void close();
 
  private:
-  template <typename Ready>
+  template <typename Ready, typename OnIdle>
   void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiting, const Ready& ready,
-                const PeerWatch& watch, bool sending);
+                const PeerWatch& watch, bool sending, const OnIdle& on_idle);
   bool wait_free_slot(const PeerWatch& watch);  // false: watch.stop fired
   void publish_meta(size_t bytes, MsgTag tag, bool is_inline);
   SlotMeta* meta() const {

@@ -8,6 +8,7 @@
 #include "comm/ring/channel.h"
 #include "comm/options.h"
 #include "comm/rank_env.h"
+#include "comm/transport/core_spread.h"
 #include "comm/transport/gather_board.h"
 #include "comm/transport/slot_ring.h"
 #include "comm/rendezvous/store.h"
@@ -33,7 +34,18 @@ class SlotChannel : public RingChannel {
     right_.timeout_s = left_.timeout_s = timeout_s;
     right_.check_pid = left_.check_pid = check_pids;
     right_.spin_pauses = left_.spin_pauses = spin_pauses_for(nranks);
+    // Ranks that could each have a core note where they wait, and one found sharing its right
+    // neighbour's moves. Each pair is watched by its left rank; at N = 2 both are each
+    // other's left, so rank 0 only.
+    if (left_.spin_pauses > 0 && core_spread_allowed()) {
+      const bool watches = nranks > 2 || rank == 0;
+      left_.on_idle = [this, watches](int cpu) {
+        if (watches) spread_.on_idle(cpu, to_right_.receiver_idle_cpu());
+      };
+    }
   }
+  SlotChannel(const SlotChannel&) = delete;
+  SlotChannel& operator=(const SlotChannel&) = delete;
   ~SlotChannel() override { close(); }
   void send(const void* src, size_t bytes, MsgTag tag) override { to_right_.send(src, bytes, tag, right_); }
   void recv(size_t bytes, MsgTag tag, const std::function<void(const void*)>& consume) override {
@@ -54,6 +66,7 @@ class SlotChannel : public RingChannel {
   SlotRing to_right_, from_left_;
   GatherBoard board_;
   PeerWatch right_, left_;
+  CoreSpread spread_;  // the receiving thread's (left_.on_idle)
   std::shared_ptr<void> keep_;
 };
 

@@ -34,15 +34,19 @@ inline void cpu_relax() {
 #endif
 }
 
-// Returns true once ready() holds, false when check() said to stop.
-template <typename Ready, typename Check>
+// Returns true once ready() holds, false when check() said to stop. on_idle() runs once,
+// when the spin found nothing and the yields are about to begin (the slot ring's receiver
+// looks there whether it shares its core with its neighbour: core_spread.h).
+template <typename Ready, typename Check, typename OnIdle>
 bool wait_on_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, int spin_pauses, const Ready& ready,
-                  const Check& check) {
+                  const Check& check, const OnIdle& on_idle) {
   using clock = std::chrono::steady_clock;
   for (int i = 0; i < spin_pauses; ++i) {
     if (ready()) return true;
     cpu_relax();
   }
+  if (ready()) return true;
+  on_idle();
   const auto start = clock::now();
   auto waited_s = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
   constexpr double kYieldPhaseS = 0.002;
@@ -63,6 +67,12 @@ bool wait_on_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, 
     if (word.load() == seen && !ready()) futex_wait(&word, seen, 10'000'000);
     sleepers.fetch_sub(1);
   }
+}
+
+template <typename Ready, typename Check>
+bool wait_on_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers, int spin_pauses, const Ready& ready,
+                  const Check& check) {
+  return wait_on_word(word, sleepers, spin_pauses, ready, check, [] {});
 }
 
 }  // namespace rz
