@@ -1,6 +1,7 @@
 // comm/options.cpp: the names of the comm backends and transports, both ways.
 #include "comm/options.h"
 
+#include <cstdlib>
 #include <iterator>
 
 #include "base/check.h"
@@ -24,6 +25,14 @@ CommTransport parse_comm_transport(const std::string& name) {
   for (size_t i = 0; i < std::size(kCommTransports); ++i)
     if (name == kCommTransports[i]) return static_cast<CommTransport>(i);
   RZ_FAIL("comm transport: expected auto, shm, tcp or thread, found '%s'", name.c_str());
+}
+
+bool env_switch(const char* name, bool unset) {
+  const char* env = std::getenv(name);
+  const std::string setting = env == nullptr ? "" : env;
+  RZ_CHECK(setting.empty() || setting == "0" || setting == "1", "%s: expected 0 or 1, found '%s'", name,
+           setting.c_str());
+  return setting.empty() ? unset : setting == "1";
 }
 
 }  // namespace rz

@@ -26,6 +26,9 @@ inline constexpr const char* kProcessTransports[] = {"auto", "shm", "tcp"};
 const char* comm_backend_name(CommBackend b);
 CommBackend parse_comm_backend(const std::string& name);
 const char* comm_transport_name(CommTransport t);
+// An on/off environment variable (RINGZERO_SHM_CMA, RINGZERO_CORE_SPREAD, RINGZERO_COMM_DEBUG):
+// "1" true, "0" false, unset or empty `unset`; anything else an error naming it.
+bool env_switch(const char* name, bool unset);
 CommTransport parse_comm_transport(const std::string& name);
 
 // The longest a wait may be told to last (11.6 days): every wait keeps a finite deadline.

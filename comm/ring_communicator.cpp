@@ -41,11 +41,7 @@ CommOptions resolve_comm_options(const CommOptions& opts) {
              "RINGZERO_COMM_TIMEOUT: expected a positive number of seconds, found '%s'", t);
     o.timeout_s = v;
   }
-  if (const char* d = std::getenv("RINGZERO_COMM_DEBUG"); d != nullptr && *d != 0) {
-    std::string s = d;
-    RZ_CHECK(s == "0" || s == "1", "RINGZERO_COMM_DEBUG: expected 0 or 1, found '%s'", d);
-    if (s == "1") o.debug = true;
-  }
+  if (env_switch("RINGZERO_COMM_DEBUG", false)) o.debug = true;
   if (const char* f = std::getenv("RINGZERO_FLIGHT_DIR"); f != nullptr && *f != 0 && o.flight_dir.empty())
     o.flight_dir = f;
   RZ_CHECK(o.flight_watchdog_s >= 0, "flight watchdog: expected seconds >= 0, found %g", o.flight_watchdog_s);

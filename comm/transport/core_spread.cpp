@@ -5,10 +5,8 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 
-#include "base/check.h"
+#include "comm/options.h"
 
 namespace rz {
 namespace {
@@ -40,13 +38,7 @@ void CoreSpread::on_idle(int cpu, int right_cpu) {
   if (hooks_.core_free() && hooks_.move_off(cpu)) moves_++;
 }
 
-bool core_spread_allowed() {
-  const char* env = std::getenv("RINGZERO_CORE_SPREAD");
-  const std::string setting = env == nullptr ? "" : env;
-  RZ_CHECK(setting.empty() || setting == "0" || setting == "1",
-           "RINGZERO_CORE_SPREAD: expected 0 or 1, found '%s'", setting.c_str());
-  return setting != "0";
-}
+bool core_spread_allowed() { return env_switch("RINGZERO_CORE_SPREAD", true); }
 
 bool core_free_now() {
   cpu_set_t allowed;

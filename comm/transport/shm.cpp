@@ -340,13 +340,7 @@ bool yama_restricts_ptrace() {
 
 }  // namespace
 
-bool shm_cma_allowed() {
-  const char* env = std::getenv("RINGZERO_SHM_CMA");
-  const std::string setting = env == nullptr ? "" : env;
-  RZ_CHECK(setting.empty() || setting == "0" || setting == "1",
-           "RINGZERO_SHM_CMA: expected 0 or 1, found '%s'", setting.c_str());
-  return setting != "0";
-}
+bool shm_cma_allowed() { return env_switch("RINGZERO_SHM_CMA", true); }
 
 namespace {
 
