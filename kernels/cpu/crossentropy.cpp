@@ -8,6 +8,11 @@
 // device found it: its buffers are 256-byte aligned, a std::vector's 16). A row that does
 // not start on kRowAlign bytes is therefore worked on in an aligned copy: the split into
 // packet and scalar elements then depends only on V, never on the address.
+//
+// bf16 storage takes the same path: a row is widened into that aligned fp32 copy, worked
+// on there and (backward) rounded back once. Its scalar std::exp loop cost five times the
+// fp32 kernel (GPT-2 d12, V = 50257: 109 against 20 ms of a 3.2 s step); the values
+// differ from it by exp's rounding only, well under one bf16 step.
 #include "kernels/cpu/crossentropy.h"
 
 #include <Eigen/Core>
@@ -23,8 +28,8 @@ constexpr size_t kRowAlign = 64;  // the widest packet (AVX-512)
 
 bool row_aligned(const float* x) { return reinterpret_cast<uintptr_t>(x) % kRowAlign == 0; }
 
-// This thread's aligned copy of an fp32 row (grow-only, V floats).
-float* aligned_row(const float* x, int V) {
+// This thread's aligned fp32 row buffer (grow-only, at least V floats).
+float* row_buffer(int V) {
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
@@ -34,9 +39,24 @@ float* aligned_row(const float* x, int V) {
     cap = (size_t(V) * sizeof(float) + kRowAlign - 1) / kRowAlign * kRowAlign / sizeof(float);
     buf.reset(static_cast<float*>(std::aligned_alloc(kRowAlign, cap * sizeof(float))));
   }
-  std::memcpy(buf.get(), x, size_t(V) * sizeof(float));
   return buf.get();
 }
+
+// A row as fp32 in this thread's aligned buffer: a copy of fp32, bf16 widened.
+float* copy_row(const float* x, int V) {
+  float* r = row_buffer(V);
+  std::memcpy(r, x, size_t(V) * sizeof(float));
+  return r;
+}
+float* copy_row(const bf16* x, int V) {
+  float* r = row_buffer(V);
+  for (int v = 0; v < V; ++v) r[v] = bf16_to_float(x[v]);
+  return r;
+}
+
+// fp32 rows are worked on in place where aligned; every other row in the copy.
+const float* aligned_row(const float* x, int V) { return row_aligned(x) ? x : copy_row(x, V); }
+const float* aligned_row(const bf16* x, int V) { return copy_row(x, V); }
 
 }  // namespace
 
@@ -48,8 +68,8 @@ void crossentropy_forward(acc_t<E>* losses, acc_t<E>* lse, const E* logits, cons
   for (int n = 0; n < N; ++n) {
     const E* x = logits + size_t(n) * Vp;
     A maxv = -INFINITY, sum = 0;
-    if constexpr (std::is_same_v<E, float>) {
-      Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64> row(row_aligned(x) ? x : aligned_row(x, V), V);
+    if constexpr (!std::is_same_v<E, double>) {
+      Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned64> row(aligned_row(x, V), V);
       maxv = row.maxCoeff();
       sum = (row - maxv).exp().sum();
     } else {
@@ -72,11 +92,17 @@ void crossentropy_softmax_backward(E* logits_to_dlogits, const acc_t<E>* lse, co
     const A l = lse[n];
     const int y = targets[n];
     if constexpr (std::is_same_v<E, float>) {
-      float* r = row_aligned(x) ? x : aligned_row(x, V);
+      float* r = row_aligned(x) ? x : copy_row(x, V);
       Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> row(r, V);
       row = (row - l).exp() * dloss;
       if (r != x) std::memcpy(x, r, size_t(V) * sizeof(float));
       x[y] -= dloss;
+    } else if constexpr (std::is_same_v<E, bf16>) {
+      float* r = copy_row(x, V);
+      Eigen::Map<Eigen::ArrayXf, Eigen::Aligned64> row(r, V);
+      row = (row - l).exp() * dloss;
+      r[y] -= dloss;
+      for (int v = 0; v < V; ++v) x[v] = float_to_bf16(r[v]);
     } else {
       for (int v = 0; v < V; ++v) {
         const A p = std::exp(load(x[v]) - l);
