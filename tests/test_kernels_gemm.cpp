@@ -133,3 +133,40 @@ TEST_CASE("gemm_f32 and fp32 matmul: bitwise the same for 1 and 2 threads", "[ke
   };
   REQUIRE(same_bits(run(1), run(2)));
 }
+
+// A b packed once (attention's K^T, V, K per head) and multiplied by its top-left corners:
+// each product bitwise the FMA chain, K across the 256-step cache block, N ragged and
+// smaller than the packed width, a read in place and packed (far-strided).
+TEST_CASE("gemm_f32_packed: corners of one packed b, bitwise the FMA chain", "[kernels][gemm]") {
+  if (!gemm_f32_available()) {
+    WARN("this CPU has no AVX2 + FMA (or RINGZERO_FP32_GEMM=eigen): gemm_f32_packed is not used here");
+    return;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t PK = 300, PN = 45;
+  uint32_t seed = 500;
+  for (const Layout& lb : {Layout{false, 0}, Layout{true, 7}}) {
+    Operand b = make(PK, PN, lb, seed++);
+    std::vector<float> space(size_t(gemm_f32_packed_floats(PK, PN)), nan);
+    const PackedB packed = gemm_f32_pack_b(space.data(), b.op, PK, PN);
+    const int64_t corners[][3] = {{32, 32, 45}, {7, 300, 45}, {50, 257, 33}, {6, 1, 16}, {13, 100, 1}, {1, 256, 17}};
+    for (auto& c : corners)
+      for (const Layout& la : {Layout{false, 3}, Layout{true, 0}, Layout{true, 9000}})
+        for (bool accumulate : {false, true}) {
+          const int64_t M = c[0], K = c[1], N = c[2], ldd = N + 2;
+          CAPTURE(lb.transposed, M, K, N, la.transposed, la.pad, accumulate);
+          if (la.pad > 1000 && M * K > 5000) continue;
+          Operand a = make(M, K, la, seed++);
+          std::vector<float> got = randn(size_t(M) * ldd, seed++);
+          for (int64_t i = 0; i < M; ++i) {
+            if (!accumulate)
+              for (int64_t j = 0; j < N; ++j) got[i * ldd + j] = nan;
+            got[i * ldd + N] = got[i * ldd + N + 1] = nan;  // past N: must stay untouched
+          }
+          std::vector<float> want = got;
+          gemm_f32_packed(got.data(), ldd, a.op, packed, M, K, N, accumulate);
+          reference(want.data(), ldd, a.op, b.op, nullptr, M, K, N, accumulate);
+          REQUIRE(same_bits(got, want));
+        }
+  }
+}

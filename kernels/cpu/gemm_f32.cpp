@@ -222,6 +222,43 @@ void tile(float* dst, int64_t ldd, int64_t rows, int64_t cols, int64_t kc, const
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = t[r * kNR + c];
 }
+
+// a read in place: rows of a row-major a, or a transposed a whose k steps are near
+// (dweight's dout^T at OC <= 512); past that each k step is a new page and packing wins
+// (d12's dweight with OC = 2304-3072: 58 -> 81 GFLOP/s).
+bool read_a_in_place(const GemmOperand& a) {
+  return (a.col_stride == 1 && a.row_stride <= 8192) || (a.row_stride == 1 && a.col_stride <= 512);
+}
+
+// dst's row blocks [blk0, blk1) (kMC rows each) x columns [jc, jc+nc), k steps [pc, pc+kc),
+// against a packed b: panel q (columns jc + 16q ..) at bp + q * panel_stride, its k steps
+// 16 floats apart from the block's first. a is read in place where direct_a (no packing:
+// at N = 128 packing a cost more than it saved), its ragged last panel too (the R-row
+// kernel reads R rows); a far-strided a is packed into ap (zero-padded rows).
+void multiply_block(float* dst, int64_t ldd, const GemmOperand& a, bool direct_a, float* ap, const float* bp,
+                    int64_t panel_stride, int64_t pc, int64_t kc, int64_t jc, int64_t nc, int64_t blk0,
+                    int64_t blk1, int64_t M, bool first, bool accumulate, const float* bias) {
+  const int64_t panels = (nc + kNR - 1) / kNR;
+  for (int64_t blk = blk0; blk < blk1; ++blk) {
+    const int64_t ic = blk * kMC, mc = std::min(kMC, M - ic);
+    const int64_t direct_rows = direct_a ? mc : 0;
+    if (direct_rows < mc) pack_a(ap, a, ic + direct_rows, mc - direct_rows, pc, kc);
+    for (int64_t q = 0; q < panels; ++q) {
+      const int64_t j = jc + q * kNR, cols = std::min(kNR, nc - q * kNR);
+      const float* bq = bp + q * panel_stride;
+      const float* bias_j = bias ? bias + j : nullptr;
+      for (int64_t p = 0; p < mc; p += kMR) {
+        float* d = dst + (ic + p) * ldd + j;
+        const int64_t rows = std::min(kMR, mc - p);
+        if (p < direct_rows)
+          tile(d, ldd, rows, cols, kc, a.data + (ic + p) * a.row_stride + pc * a.col_stride, a.row_stride,
+               a.col_stride, bq, first, accumulate, bias_j);
+        else
+          tile(d, ldd, rows, cols, kc, ap + (p - direct_rows) * kc, 1, kMR, bq, first, accumulate, bias_j);
+      }
+    }
+  }
+}
 #endif
 
 bool cpu_has_avx2_fma() {
@@ -265,10 +302,7 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
   int threads = M * N * K < (int64_t(1) << 21) || omp_in_parallel() ? 1 : omp_get_max_threads();
   threads = int(std::min<int64_t>(threads, ic_blocks));
   const int64_t nc_max = std::min(kNC, N), kc_max = std::min(kKC, K);
-  // a read in place: rows of a row-major a, or a transposed a whose k steps are near
-  // (dweight's dout^T at OC <= 512); past that each k step is a new page and packing wins
-  // (d12's dweight with OC = 2304-3072: 58 -> 81 GFLOP/s).
-  const bool direct_a = (a.col_stride == 1 && a.row_stride <= 8192) || (a.row_stride == 1 && a.col_stride <= 512);
+  const bool direct_a = read_a_in_place(a);
   float* bp = t_pack.get_b(size_t(kc_max) * size_t((nc_max + kNR - 1) / kNR * kNR));
   auto body = [&](int tid, int nth) {
     float* ap = t_pack.get_a(size_t(std::min(kMC, (M + kMR - 1) / kMR * kMR)) * size_t(kc_max));
@@ -282,28 +316,8 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
         if (nth > 1) {
 #pragma omp barrier
         }
-        for (int64_t blk = ic_blocks * tid / nth; blk < ic_blocks * (tid + 1) / nth; ++blk) {
-          const int64_t ic = blk * kMC, mc = std::min(kMC, M - ic);
-          // a is read in place where direct_a (no packing: at N = 128 packing a cost more
-          // than it saved), its ragged last panel too (the R-row kernel reads R rows); a
-          // far-strided a is packed (zero-padded rows).
-          const int64_t direct_rows = direct_a ? mc : 0;
-          if (direct_rows < mc) pack_a(ap, a, ic + direct_rows, mc - direct_rows, pc, kc);
-          for (int64_t q = 0; q < panels; ++q) {
-            const int64_t j = jc + q * kNR, cols = std::min(kNR, nc - q * kNR);
-            const float* bq = bp + q * kNR * kc;
-            const float* bias_j = bias ? bias + j : nullptr;
-            for (int64_t p = 0; p < mc; p += kMR) {
-              float* d = dst + (ic + p) * ldd + j;
-              const int64_t rows = std::min(kMR, mc - p);
-              if (p < direct_rows)
-                tile(d, ldd, rows, cols, kc, a.data + (ic + p) * a.row_stride + pc * a.col_stride, a.row_stride,
-                     a.col_stride, bq, first, accumulate, bias_j);
-              else
-                tile(d, ldd, rows, cols, kc, ap + (p - direct_rows) * kc, 1, kMR, bq, first, accumulate, bias_j);
-            }
-          }
-        }
+        multiply_block(dst, ldd, a, direct_a, ap, bp, kNR * kc, pc, kc, jc, nc, ic_blocks * tid / nth,
+                       ic_blocks * (tid + 1) / nth, M, first, accumulate, bias);
         if (nth > 1) {  // the next K block's packing overwrites bp
 #pragma omp barrier
         }
@@ -319,6 +333,34 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
 #else
   (void)dst, (void)ldd, (void)a, (void)b, (void)bias, (void)M, (void)K, (void)N, (void)accumulate;
   std::abort();  // callers check gemm_f32_available() first
+#endif
+}
+
+int64_t gemm_f32_packed_floats(int64_t K, int64_t N) { return (N + kNR - 1) / kNR * kNR * K; }
+
+PackedB gemm_f32_pack_b(float* space, GemmOperand b, int64_t K, int64_t N) {
+  pack_b_panels(space, b, 0, K, 0, N, 0, (N + kNR - 1) / kNR);
+  return {space, K, N};
+}
+
+void gemm_f32_packed(float* dst, int64_t ldd, GemmOperand a, const PackedB& b, int64_t M, int64_t K, int64_t N,
+                     bool accumulate) {
+#ifdef RZ_GEMM_X86
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i) std::fill(dst + i * ldd, dst + i * ldd + N, 0.0f);
+    return;
+  }
+  const bool direct_a = read_a_in_place(a);
+  float* ap = direct_a ? nullptr : t_pack.get_a(size_t(std::min(kMC, (M + kMR - 1) / kMR * kMR)) * size_t(kKC));
+  const int64_t ic_blocks = (M + kMC - 1) / kMC;
+  for (int64_t pc = 0; pc < K; pc += kKC)
+    multiply_block(dst, ldd, a, direct_a, ap, b.data + pc * kNR, kNR * b.K, pc, std::min(kKC, K - pc), 0, N, 0,
+                   ic_blocks, M, pc == 0, accumulate, nullptr);
+#else
+  (void)dst, (void)ldd, (void)a, (void)b, (void)M, (void)K, (void)N, (void)accumulate;
+  std::abort();
 #endif
 }
 

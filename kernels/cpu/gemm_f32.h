@@ -34,4 +34,21 @@ bool gemm_f32_available();
 void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float* bias, int64_t M, int64_t K,
               int64_t N, bool accumulate);
 
+// b packed once for several products that use its top-left corner (attention's K^T, V
+// and K, once per head instead of once per row block): 16-column panels, zero-padded,
+// panel q at data + q * 16 * K, its k steps 16 floats apart.
+struct PackedB {
+  const float* data;
+  int64_t K, N;  // the packed extent
+};
+// Floats of packing space for a (K, N) b.
+int64_t gemm_f32_packed_floats(int64_t K, int64_t N);
+// Packs b (K, N) into space (gemm_f32_packed_floats(K, N) floats). gemm_f32_available() only.
+PackedB gemm_f32_pack_b(float* space, GemmOperand b, int64_t K, int64_t N);
+// gemm_f32 without bias, b being the top-left (K, N) of the packed b (K <= b.K, N <= b.N):
+// bitwise what gemm_f32 computes with that b, one FMA chain per element. One thread: for
+// products inside a parallel region.
+void gemm_f32_packed(float* dst, int64_t ldd, GemmOperand a, const PackedB& b, int64_t M, int64_t K, int64_t N,
+                     bool accumulate);
+
 }  // namespace rz
