@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm_f32.h"
 #include "base/bf16.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/matmul_onednn.h"
 
 using namespace rz;

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "comm/ring/ring.h"
+#include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/matmul_onednn.h"
 #include "model/gpt2.h"
 #include "model/layout.h"
@@ -51,9 +52,14 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
     for (size_t s : slot) bytes += s * sizeof(float);
   }
   // Attention: backward's 7 (T, hs) + 2 (T, T) fp32 per thread is the larger of the two
-  // uses; the flash path's blocks are (32, T) instead of (T, T).
+  // uses; the flash path's blocks are (32, T) instead of (T, T). On the packed fp32 GEMM
+  // each thread also keeps a head's packed K^T, V^T (hs, T) and K (T, hs) (backward's,
+  // the larger use).
   const size_t rows = in.attention == Attention::flash ? 32 : size_t(T);
-  bytes += size_t(std::max(1, in.threads)) * (7 * size_t(T) * hs + 2 * rows * T) * sizeof(float);
+  size_t per_thread = 7 * size_t(T) * hs + 2 * rows * T;
+  if (gemm_f32_available())
+    per_thread += size_t(2 * gemm_f32_packed_floats(int64_t(hs), T) + gemm_f32_packed_floats(T, int64_t(hs)));
+  bytes += size_t(std::max(1, in.threads)) * per_thread * sizeof(float);
   return bytes;
 }
 
