@@ -8,7 +8,8 @@
 //             dweight (OC,C) += dout^T (OC,N) * inp (N,C)
 // Both parallelise the GEMM itself with OpenMP, over dst's rows or columns (never K). bf16 is a storage format on the CPU:
 // operands are widened into per-thread fp32 scratch (grown once, then reused: no
-// allocation per step), multiplied in fp32, and the result rounded back (RNE) once --
+// allocation per step), multiplied in fp32 (the packed kernel where the CPU has it, as in
+// fp32), and the result rounded back (RNE) once --
 // unless the CPU has bf16 units (AVX512_BF16 / AMX): then the products run in bf16 with
 // fp32 accumulation through oneDNN (matmul_onednn.h), straight on the bf16 buffers.
 #include "kernels/cpu/matmul.h"
@@ -78,7 +79,7 @@ void gemm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, c
 
 // Per-thread fp32 scratch for bf16 operands, grown on demand and kept.
 struct Scratch {
-  Buffer<float> buf[5];
+  Buffer<float> buf[6];
   float* get(int i, size_t n) {
     if (buf[i].size() < n) buf[i].allocate(MemTag::workspace, n);
     return buf[i].data();
@@ -124,30 +125,46 @@ void matmul_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* inp,
         bf16_units && onednn_matmul(dweight, C, {dout, 1, OC}, {inp, C, 1}, nullptr, OC, N, C, true, true);
     if (!bf16_units) note_bf16_matmul_fallback();
     Scratch& s = t_scratch;
-    float* d = s.get(0, size_t(N) * OC);
-    bf16_to_f32(d, dout, size_t(N) * OC);
+    // dout in fp32 only for a product that falls back (oneDNN took both where the CPU
+    // has bf16 units; widening all of dout for the bias alone was a pass over N x OC).
+    float* d = nullptr;
+    if ((dinp && !dinp_done) || !dweight_done) {
+      d = s.get(0, size_t(N) * OC);
+      bf16_to_f32(d, dout, size_t(N) * OC);
+    }
     if (dinp && !dinp_done) {
       float* w = s.get(2, size_t(OC) * C);
       float* dx = s.get(3, size_t(N) * C);
       bf16_to_f32(w, weight, size_t(OC) * C);
-      Eigen::Map<RowMat<float>>(dx, N, C).noalias() =
-          Eigen::Map<const RowMat<float>>(d, N, OC) * Eigen::Map<const RowMat<float>>(w, OC, C);
+      if (gemm_f32_available())
+        gemm_f32(dx, C, {d, OC, 1}, {w, C, 1}, nullptr, N, OC, C, false);
+      else
+        Eigen::Map<RowMat<float>>(dx, N, C).noalias() =
+            Eigen::Map<const RowMat<float>>(d, N, OC) * Eigen::Map<const RowMat<float>>(w, OC, C);
       bf16_add_f32(dinp, dx, size_t(N) * C);
     }
     if (!dweight_done) {
       float* x = s.get(1, size_t(N) * C);
       float* dw = s.get(2, size_t(OC) * C);
       bf16_to_f32(x, inp, size_t(N) * C);
-      Eigen::Map<RowMat<float>>(dw, OC, C).noalias() =
-          Eigen::Map<const RowMat<float>>(d, N, OC).transpose() * Eigen::Map<const RowMat<float>>(x, N, C);
+      if (gemm_f32_available())
+        gemm_f32(dw, C, {d, 1, OC}, {x, C, 1}, nullptr, OC, N, C, false);
+      else
+        Eigen::Map<RowMat<float>>(dw, OC, C).noalias() =
+            Eigen::Map<const RowMat<float>>(d, N, OC).transpose() * Eigen::Map<const RowMat<float>>(x, N, C);
       bf16_add_f32(dweight, dw, size_t(OC) * C);
     }
     if (dbias) {
+      // Column sums of dout in fp32, rows in order, each row widened into a row buffer
+      // (one path whether or not dout was widened above).
       float* db = s.get(4, OC);
+      float* row = s.get(5, OC);
       std::memset(db, 0, sizeof(float) * OC);
       Eigen::Map<RowVec<float>> dbv(db, OC);
-      Eigen::Map<const RowMat<float>> dm(d, N, OC);
-      for (int n = 0; n < N; ++n) dbv += dm.row(n);
+      for (int n = 0; n < N; ++n) {
+        for (int j = 0; j < OC; ++j) row[j] = bf16_to_float(dout[size_t(n) * OC + j]);
+        dbv += Eigen::Map<const RowVec<float>>(row, OC);
+      }
       bf16_add_f32(dbias, db, OC);
     }
   } else {

@@ -132,7 +132,7 @@ void note_bf16_matmul_fallback() {
     if (env && std::strcmp(env, "fp32") == 0) return;  // asked for: no news
     if (!cpu_has_bf16_units())
       std::fprintf(stderr,
-                   "ringzero: this CPU has no AVX512_BF16 or AMX-BF16: bf16 matmuls run in fp32 (Eigen) on "
+                   "ringzero: this CPU has no AVX512_BF16 or AMX-BF16: bf16 matmuls run in fp32 on "
                    "widened copies\n");
   });
 }
@@ -199,7 +199,7 @@ bool onednn_bf16_matmul_available() { return false; }
 void note_bf16_matmul_fallback() {
   static std::once_flag once;
   std::call_once(once, [] {
-    std::fprintf(stderr, "ringzero: built without oneDNN (libdnnl-dev): bf16 matmuls run in fp32 (Eigen) on widened copies\n");
+    std::fprintf(stderr, "ringzero: built without oneDNN (libdnnl-dev): bf16 matmuls run in fp32 on widened copies\n");
   });
 }
 

@@ -22,7 +22,7 @@ struct MatmulShape {
 };
 
 // Bytes of the CPU kernels' per-thread scratch after one step (kernels/cpu/matmul.cpp's
-// five fp32 slots of the rank's thread, grown to the largest use and kept; and
+// six fp32 slots of the rank's thread, grown to the largest use and kept; and
 // kernels/cpu/attention.cpp's per-head fp32 buffer, one per OpenMP thread of the team).
 size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
   const GPT2Config& c = in.cfg;
@@ -32,7 +32,7 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
     const MatmulShape shapes[] = {{C, 3 * C, true}, {C, C, true}, {C, 4 * C, true}, {4 * C, C, true},
                                   {C, size_t(c.padded_vocab_size), false}};
     const bool units = onednn_bf16_matmul_available();
-    size_t slot[5] = {};
+    size_t slot[6] = {};
     auto use = [&slot](int i, size_t n) { slot[i] = std::max(slot[i], n); };
     for (const MatmulShape& m : shapes) {
       if (!units) {  // forward converts every operand to fp32
@@ -41,13 +41,13 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
         use(2, N * m.out);
         if (m.bias) use(3, m.out);
       }
-      use(0, N * m.out);  // backward: dout in fp32, always
       if (!units) {
+        use(0, N * m.out);     // backward: dout in fp32
         use(2, m.out * m.in);  // weight, then dweight
         use(3, N * m.in);      // dinp (every backward matmul has one: the classifier's is dlnf)
         use(1, N * m.in);      // inp
       }
-      if (m.bias) use(4, m.out);
+      if (m.bias) use(4, m.out), use(5, m.out);  // dbias, from bf16 dout a row at a time
     }
     for (size_t s : slot) bytes += s * sizeof(float);
   }
