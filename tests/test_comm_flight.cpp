@@ -206,7 +206,11 @@ TEST_CASE("the watchdog writes the record of a collective that makes no progress
     std::vector<float> buf(30000, 1.0f);
     trace::BucketLabel b(2);
     CommPurpose p("gradients");
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // Rank 1 stalls the others until the watchdog has written rank 0's record (0.3 s
+    // without progress, seen by a thread that wakes every 250 ms). A fixed 1.5 s sleep was
+    // not enough once under ASan on a loaded 2-core CI machine: the record came after the
+    // collective had finished. Waiting on the file keeps the stall as long as it takes.
+    if (r == 1) RANK_REQUIRE(wait_for_file(dir / "rank0.json", 60));
     comms[r]->all_reduce(buf.data(), buf.size(), DType::f32, ReduceOp::sum);
     RANK_REQUIRE(buf[123] == 3.0f);
   });
@@ -219,7 +223,7 @@ TEST_CASE("the watchdog writes the record of a collective that makes no progress
   CHECK(f.entries[0].phase == "reduce_scatter");
   CHECK(f.entries[0].round == 1);
   CHECK(f.where.find("all_reduce #1 (gradients, bucket 2), reduce_scatter round 1 of 2") != std::string::npos);
-  CHECK(!fs::exists(dir / "rank1.json"));  // rank 1 was never inside a collective while it slept
+  CHECK(!fs::exists(dir / "rank1.json"));  // rank 1 was never inside a collective while it waited
   comms.clear();
   fs::remove_all(dir);
 }
