@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/printable.h"
 #include "comm/debug/flight_doctor.h"
 #include "cli/command.h"
 
@@ -27,9 +28,11 @@ int run_doctor(int argc, char** argv) {
     return app.exit(e);
   }
   const DoctorReport rep = diagnose_flight_dir(dir);
-  for (const auto& w : rep.warnings) std::fprintf(stderr, "ringzero doctor: %s\n", w.c_str());
-  if (rep.records > 0) std::printf("%d flight record(s) in %s:\n", rep.records, dir.c_str());
-  for (const auto& l : rep.lines) std::printf("%s%s\n", rep.records > 0 ? "  " : "", l.c_str());
+  // The lines quote the records (hosts, purposes, errors): files anyone could have written,
+  // escaped before they reach the terminal (base/printable.h).
+  for (const auto& w : rep.warnings) std::fprintf(stderr, "ringzero doctor: %s\n", printable(w).c_str());
+  if (rep.records > 0) std::printf("%d flight record(s) in %s:\n", rep.records, printable(dir).c_str());
+  for (const auto& l : rep.lines) std::printf("%s%s\n", rep.records > 0 ? "  " : "", printable(l).c_str());
   return rep.records > 0 ? 0 : 2;
 }
 

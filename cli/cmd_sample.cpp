@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <utility>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 #include "base/check.h"
+#include "base/printable.h"
 #include "data/tokenizer.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
@@ -65,16 +67,22 @@ int run_sample(int argc, char** argv) {
   model.set_params_f32(mf.params.data());
 
   std::vector<int> tokens = prompt.empty() ? std::vector<int>{tok->eot()} : tok->encode(prompt);
-  std::fputs(prompt.c_str(), stdout);
-  std::fflush(stdout);
+  // A token's bytes come from the tokenizer file: on a terminal, control characters are
+  // shown escaped (base/printable.h); into a pipe or file the text goes byte for byte.
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  PrintableStream shown;
+  auto put = [&](const std::string& text) {
+    const std::string out = tty ? shown.feed(text) : text;
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+  };
+  put(prompt);
   SampleRng rng{settings.seed};
   RZ_CHECK(window <= mf.cfg.max_seq_len, "--window %d: the model %s has only %d positions (maxT)", window,
            model_path.c_str(), mf.cfg.max_seq_len);
   generate_tokens(model, std::move(tokens), n_tokens, window > 0 ? window : mf.cfg.max_seq_len, tok->vocab_size(), temperature, top_k, rng,
-                  [&](int next) {
-                    std::fputs(tok->decode_token(next).c_str(), stdout);
-                    std::fflush(stdout);
-                  });
+                  [&](int next) { put(tok->decode_token(next)); });
+  if (tty) std::fputs(shown.finish().c_str(), stdout);
   std::fputs("\n", stdout);
   return 0;
 }

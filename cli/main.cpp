@@ -8,6 +8,7 @@
 #include <new>
 
 #include "base/check.h"
+#include "base/printable.h"
 #include "base/stop_signal.h"
 #include "cli/command.h"
 
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
   auto it = std::find_if(cmds.begin(), cmds.end(),
                          [&](const rz::Command& c) { return c.name == argv[1]; });
   if (it == cmds.end()) {
-    std::fprintf(stderr, "ringzero: error: unknown command '%s' (ringzero --help lists them)\n", argv[1]);
+    std::fprintf(stderr, "ringzero: error: unknown command '%s' (ringzero --help lists them)\n",
+                 rz::printable(argv[1]).c_str());
     return 2;
   }
   // SIGINT/SIGTERM: cleanups (shm segments) and then the default action, except inside the
@@ -53,7 +55,9 @@ int main(int argc, char** argv) {
   try {
     return it->run(argc - 1, argv + 1);
   } catch (const rz::Error& e) {
-    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());
+    // An error quotes file names and file contents: escaped, so it stays one line that no
+    // byte of a hostile file can turn into a terminal command (base/printable.h).
+    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], rz::printable(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     // The big buffers name themselves (base/memory.h); this is a smaller allocation.
@@ -61,7 +65,7 @@ int main(int argc, char** argv) {
                  "or fewer ranks per machine)\n", argv[1]);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], e.what());
+    std::fprintf(stderr, "ringzero %s: error: %s\n", argv[1], rz::printable(e.what()).c_str());
     return 1;
   }
 }

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/printable.h"
 #include "base/stop_signal.h"
 #include "comm/rendezvous/job_auth.h"
 #include "comm/rendezvous/socket.h"
@@ -91,13 +92,14 @@ void drain_stderr(Child& c, bool flush_partial) {
       c.received = sig;
       if (g_stop_signal != 0) continue;  // the launcher passed the signal on itself: it says so once
     }
+    line = printable(line);  // a rank's line quotes files and peers: never raw to the terminal
     std::fprintf(stderr, "[rank %d] %s\n", c.rank, line.c_str());
     if (!line.empty()) c.last_line = line;
   }
   c.pending.erase(0, start);
   if (flush_partial && !c.pending.empty()) {
-    std::fprintf(stderr, "[rank %d] %s\n", c.rank, c.pending.c_str());
-    c.last_line = c.pending;
+    c.last_line = printable(c.pending);
+    std::fprintf(stderr, "[rank %d] %s\n", c.rank, c.last_line.c_str());
     c.pending.clear();
   }
 }

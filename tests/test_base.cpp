@@ -11,6 +11,7 @@
 #include "base/checked.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "base/printable.h"
 #include "base/process.h"
 #include "base/stop_signal.h"
 
@@ -77,6 +78,38 @@ TEST_CASE("RZ_CHECK throws rz::Error with the formatted message") {
   } catch (const Error& e) {
     REQUIRE(std::string(e.what()) == "bad value 7 for --steps");
   }
+}
+
+TEST_CASE("printable escapes what a terminal acts on and keeps the rest (issue 40)") {
+  using namespace std::string_literals;
+  // A window-title change, a screen clear, CR/LF forging a line, DEL, a NUL.
+  CHECK(printable("a\x1b]0;owned\x07" "b") == "a\\x1b]0;owned\\x07b");
+  CHECK(printable("\x1b[2J\x1b[H") == "\\x1b[2J\\x1b[H");
+  CHECK(printable("one\r\ntwo\tthree") == "one\\r\\ntwo\\tthree");
+  CHECK(printable("x\x7fy"s + '\0' + "z") == "x\\x7fy\\x00z");
+  // C1 controls written as UTF-8 (U+009B is CSI), and bytes that are not UTF-8 at all.
+  CHECK(printable("a\xc2\x9b" "2Jb") == "a\\u009b2Jb");
+  CHECK(printable("\x9b" "2J\xff") == "\\x9b2J\\xff");
+  CHECK(printable("\xe2\x82") == "\\xe2\\x82");           // a truncated sequence
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");           // an overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
+  // Printable UTF-8 and plain text are kept byte for byte.
+  CHECK(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 [rank 1] 100%") ==
+        "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82 [rank 1] 100%");
+  // Escaping twice is escaping once (the launcher echoes lines its ranks escaped).
+  for (const std::string& s : {"\x1b[2J\r\n"s, "a\\x1b"s, "\xc2\x85\xff"s})
+    CHECK(printable(printable(s)) == printable(s));
+  // Text that spans lines keeps LF and TAB only.
+  CHECK(printable_lines("l1\n\tl2\r\x1b[2J") == "l1\n\tl2\\r\\x1b[2J");
+  // A token at a time: a character split over two tokens is shown whole, a control escaped.
+  PrintableStream st;
+  std::string shown = st.feed("caf\xc3");
+  CHECK(shown == "caf");
+  shown += st.feed("\xa9\x1b[2J \xf0\x9f");
+  shown += st.feed("\x99");
+  shown += st.feed("\x82!\xe2");
+  shown += st.finish();  // an incomplete character at the end is escaped
+  CHECK(shown == "caf\xc3\xa9\\x1b[2J \xf0\x9f\x99\x82!\\xe2");
 }
 
 TEST_CASE("AtomicFile appears whole on commit and leaves nothing behind otherwise") {

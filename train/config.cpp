@@ -27,6 +27,7 @@
 #include "base/check.h"
 #include "base/checked.h"
 #include "base/file.h"
+#include "base/printable.h"
 #include "comm/options.h"
 #include "data/unicode.h"
 #include "kernels/backend.h"
@@ -323,9 +324,24 @@ void naming_key(const char* key, F&& f) {
   }
 }
 
+// Every string a setting holds is a path, a pattern or a name: plain text. A NUL would cut
+// the path short at the first system call that takes it (a metrics file written elsewhere
+// than named), and any other control character would reach the terminal wherever the value
+// is printed. Both are refused, from TOML (\u0000, \u001b) and from flags alike.
+void check_plain_text(const std::string& value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    RZ_CHECK(c != 0, "holds a NUL character at offset %zu, which would cut the value short there ('%s' ...); "
+             "a setting's text cannot hold one", i, printable(value.substr(0, i)).c_str());
+    RZ_CHECK(c >= 0x20 && c != 0x7f, "holds a control character (byte 0x%02x at offset %zu: '%s'); a setting's "
+             "text must be printable", c, i, printable(value).c_str());
+  }
+}
+
 // Sets a field from its text form (a flag's value). Throws without naming the key.
 template <typename T>
 void from_text(T& dst, const std::string& value) {
+  if constexpr (std::is_same_v<T, std::string> || is_named_v<T>) check_plain_text(value);
   if constexpr (std::is_same_v<T, std::string>) {
     dst = value;
   } else if constexpr (is_named_v<T>) {

@@ -14,6 +14,7 @@
 
 #include "base/check.h"
 #include "base/file.h"
+#include "base/printable.h"
 #include "data/unicode.h"
 
 namespace rz {
@@ -163,7 +164,7 @@ void load_config_toml(TrainConfig& cfg, const std::string& path) {
     const unsigned line = static_cast<unsigned>(node.source().begin.line);
     const char* name = config_table::setting_name(key);
     RZ_CHECK(name != nullptr, "%s:%u: unknown key '%s' (ringzero train --help lists the keys)",
-             path.c_str(), line, key.c_str());
+             path.c_str(), line, printable(key).c_str());  // a quoted key may hold a NUL: shown whole
     cfg.origins[name] = TrainConfig::Origin::toml;
     try {
       config_table::set_from_toml(cfg, name, node);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "base/check.h"
+#include "base/printable.h"
 #include "comm/debug/flight_doctor.h"
 
 namespace rz {
@@ -45,10 +46,12 @@ double unix_now() {
 bool print_flight_summary(const std::string& dir, double since) {
   const DoctorReport rep = diagnose_flight_dir(dir, since);
   if (rep.records == 0) return false;
+  const std::string shown = printable(dir);
   std::fprintf(stderr, "ringzero: the ranks' flight records (%s; `ringzero doctor %s` reads them again):\n",
-               dir.c_str(), dir.c_str());
-  for (const auto& l : rep.lines) std::fprintf(stderr, "  %s\n", l.c_str());
-  for (const auto& w : rep.warnings) std::fprintf(stderr, "  (%s)\n", w.c_str());
+               shown.c_str(), shown.c_str());
+  // As `doctor` prints them: the records' text escaped (base/printable.h).
+  for (const auto& l : rep.lines) std::fprintf(stderr, "  %s\n", printable(l).c_str());
+  for (const auto& w : rep.warnings) std::fprintf(stderr, "  (%s)\n", printable(w).c_str());
   return true;
 }
 

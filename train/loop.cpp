@@ -20,6 +20,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "base/file.h"
+#include "base/printable.h"
 #include "base/memory.h"
 #include "base/trace.h"
 #include "base/stop_signal.h"
@@ -341,7 +342,7 @@ void Trainer::check_save_dir() {
 void Trainer::warn_left(const std::vector<std::string>& left, const char* during) {
   std::string names;
   for (const auto& p : left)
-    if (warned_left_.insert(p).second) names += (names.empty() ? "" : ", ") + p;
+    if (warned_left_.insert(p).second) names += (names.empty() ? "" : ", ") + printable(p);  // names found on disk
   if (!names.empty())
     std::fprintf(stderr, "ringzero: warning: %s left what ringzero did not write in %s: %s\n", during,
                  cfg_.save_dir.c_str(), names.c_str());
@@ -424,6 +425,7 @@ void Trainer::sample(int step) {
   out.erase(out.begin());
   std::string text;
   for (int t : out) text += t == tok_->eot() ? std::string("\n<|endoftext|>\n") : tok_->decode_token(t);
+  text = printable_lines(text);  // a token is bytes from tokenizer.bin: no terminal control in it
   std::printf("---- sample after step %d (%s) ----\n%s\n--------\n", step,
               cfg_.sample_top_k > 0 ? strfmt("top-%d", cfg_.sample_top_k).c_str() : "greedy", text.c_str());
   std::fflush(stdout);

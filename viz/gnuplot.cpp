@@ -12,14 +12,11 @@
 #include <cstdint>
 
 #include "base/check.h"
+#include "base/printable.h"
 
 namespace rz {
 
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) out += c < 0x20 || c == 0x7f ? strfmt("\\x%02x", c) : std::string(1, char(c));
-  return out;
-}
+std::string escaped(const std::string& s) { return printable(s); }
 std::string shown(const std::string& s) {
   std::string out(1, '\'');  // (appended, not "'" + x + "'": GCC 12 warns falsely on that)
   out += escaped(s);

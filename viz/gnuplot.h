@@ -10,7 +10,7 @@
 
 namespace rz {
 
-// A value as an error message shows it: control bytes as \xNN (escaped), and in quotes
+// A value as an error message shows it: base/printable.h's escapes (escaped), and in quotes
 // (shown), so the message stays one line whatever the input holds.
 std::string escaped(const std::string& s);
 std::string shown(const std::string& s);

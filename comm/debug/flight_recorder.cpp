@@ -22,6 +22,7 @@
 #include "base/check.h"
 #include "base/clock.h"
 #include "base/file.h"
+#include "base/printable.h"
 #include "base/trace.h"
 #include "comm/options.h"
 
@@ -413,7 +414,7 @@ std::string FlightRecorder::dump(const std::string& reason) {
   std::lock_guard<std::mutex> serial(dump_mu_);
   if (dir_.empty()) {
     std::fprintf(stderr, "ringzero: %s (%s; no flight record: no --flight-dir or RINGZERO_FLIGHT_DIR)\n",
-                 where().c_str(), reason.c_str());
+                 where().c_str(), printable(reason).c_str());
     return "";
   }
   const std::string path = (std::filesystem::path(dir_) / strfmt("rank%d.json", rank_)).string();
@@ -424,10 +425,13 @@ std::string FlightRecorder::dump(const std::string& reason) {
     RZ_CHECK(::stat(dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "%s is not a directory", dir_.c_str());
     write_file_atomic(path, to_json(reason));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ringzero: rank %d: could not write the flight record %s: %s\n", rank_, path.c_str(), e.what());
+    std::fprintf(stderr, "ringzero: rank %d: could not write the flight record %s: %s\n", rank_, printable(path).c_str(),
+                 printable(e.what()).c_str());
     return "";
   }
-  std::fprintf(stderr, "ringzero: %s (%s; flight record %s)\n", where().c_str(), reason.c_str(), path.c_str());
+  // The reason may quote a peer's message: escaped (base/printable.h).
+  std::fprintf(stderr, "ringzero: %s (%s; flight record %s)\n", where().c_str(), printable(reason).c_str(),
+               printable(path).c_str());
   return path;
 }
 

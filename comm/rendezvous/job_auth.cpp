@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/printable.h"
 #include "comm/rendezvous/socket.h"
 
 namespace rz {
@@ -34,10 +35,9 @@ uint32_t get_u32(std::string_view s, size_t pos) {
 }
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-// What the other side wrote, fit for one line of our own error: printable, bounded.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 300)) out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+// What the other side wrote, fit for one line of our own error: escaped (base/printable.h), bounded.
+std::string peer_text(std::string_view s) {
+  const std::string out = printable(s.substr(0, 300));
   return s.size() > 300 ? out + "..." : out;
 }
 
@@ -176,9 +176,9 @@ Verdict ClientHandshake::refuse(std::string why) {
 
 Verdict ClientHandshake::on_frame(std::string_view frame, std::string& reply) {
   reply.clear();
-  if (step_ < 2 && starts_with(frame, kNo)) return refuse("refused this rank: " + printable(frame.substr(kNo.size())));
+  if (step_ < 2 && starts_with(frame, kNo)) return refuse("refused this rank: " + peer_text(frame.substr(kNo.size())));
   if (step_ < 2 && starts_with(frame, kBusy)) {
-    why_ = "is busy: " + printable(frame.substr(kBusy.size()));
+    why_ = "is busy: " + peer_text(frame.substr(kBusy.size()));
     step_ = 2;
     return Verdict::kBusy;
   }
@@ -202,7 +202,7 @@ Verdict ClientHandshake::on_frame(std::string_view frame, std::string& reply) {
     return Verdict::kAdmitted;
   }
   return refuse(strfmt("answered with %zu bytes that are not ringzero's rendezvous protocol (first bytes '%s')",
-                       frame.size(), printable(frame.substr(0, 8)).c_str()));
+                       frame.size(), peer_text(frame.substr(0, 8)).c_str()));
 }
 
 Socket connect_with_proof(const std::string& host, int port, const std::string& token, const std::string& purpose,
