@@ -40,6 +40,7 @@
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
+#include "train/run_paths.h"
 #include "viz/timeline.h"
 #include "zero/clip.h"
 #include "zero/strategy.h"
@@ -66,11 +67,14 @@ struct BenchArgs {
   std::string trace_steps;         // A:B; default: the first three timed steps
 };
 
-// "run.json" -> "run.zero2.json": one trace file per strategy.
+// FILE.STRATEGY.json, one trace file per strategy, as --help and docs/train.md say: "run" and
+// "run.json" give "run.zero2.json"; any other name keeps its extension ahead of ours
+// ("x.bin" gives "x.bin.zero2.json", never a ".bin" a shard pattern would match).
 std::string trace_path_for(const std::string& path, const std::string& strategy) {
-  const size_t slash = path.find_last_of('/'), dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + strategy;
-  return path.substr(0, dot) + "." + strategy + path.substr(dot);
+  const std::string ext = ".json";
+  const bool json = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0 &&
+                    path[path.size() - ext.size() - 1] != '/';
+  return (json ? path.substr(0, path.size() - ext.size()) : path) + "." + strategy + ext;
 }
 
 // CPU seconds this process has used, all threads (the same clock as Python's
@@ -261,19 +265,27 @@ int run_bench_strategies(int argc, char** argv) {
   RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
            "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
            a.strategy.c_str());
-  if (!a.trace.empty()) {  // no timeline over the config or over anything but a regular file
-    std::vector<RunPath> outs;
-    for (const std::string& k : strategy_names()) outs.push_back({"--trace", trace_path_for(a.trace, k)});
-    check_run_outputs(outs, {}, {{"the config file", a.config}});
-  }
   if (!a.trace_steps.empty())
     RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
              "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),
              a.warmup + a.steps);
+  TrainConfig tc;  // --config's, else the defaults (no data)
+  if (!a.config.empty()) {
+    tc.config_path = a.config;
+    load_config_toml(tc, a.config);
+  }
+  if (!a.trace.empty()) {
+    // The timelines follow train's rules (data/output_paths.h): not over the config or what
+    // its run reads, not a name its data patterns match, not inside a data directory, and
+    // nothing but a regular file is replaced.
+    CommandPaths paths;
+    for (const std::string& k : strategy_names()) paths.files.push_back({"--trace", trace_path_for(a.trace, k)});
+    paths.inputs = train_inputs(tc);
+    paths.shard_patterns = {{"data", tc.data}, {"val_data", tc.val_data}};
+    check_outputs(paths);
+  }
   if (!a.config.empty()) {
     // The config's values where no flag was given. Every rank re-reads the same file.
-    TrainConfig tc;
-    load_config_toml(tc, a.config);
     if (app.count("--precision") == 0) a.settings.precision_choice = tc.precision_choice;
     if (nproc_opt->count() == 0) a.nproc = tc.nproc_per_node;
     if (batch_opt->count() == 0) a.batch = tc.batch;

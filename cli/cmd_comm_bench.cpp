@@ -26,6 +26,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "data/output_paths.h"
 #include "comm/transport/device_ring.h"
 #include "comm/factory.h"
 #include "launch/launch.h"
@@ -356,6 +357,9 @@ int run_comm_bench(int argc, char** argv) {
       "ringzero comm-bench"};
   add_comm_bench_flags(app, a);
   if (!parse_command_line(app, argc, argv)) return 0;
+  CommandPaths paths;  // train's rules for its one output (data/output_paths.h)
+  paths.record_dirs = {{"--flight-dir", a.flight_dir}};
+  check_outputs(paths);
   if (a.check_precision) {
     a.precision.json = a.json;
     std::string about;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/file.h"
+#include "data/output_paths.h"
 #include "cli/command.h"
 #include "viz/plot.h"
 
@@ -20,7 +21,10 @@ void check_plot_paths(const std::string& out, const std::vector<const std::vecto
     for (const std::string& p : *list) inputs.push_back({"the input", p});
   if (!trace.empty()) inputs.push_back({"the input", trace});
   for (const RunPath& in : inputs) check_input_file(in.path, "plot input");
-  check_run_outputs({{"--out", out}, {"--out's gnuplot script", out + ".gp"}}, {}, inputs);
+  CommandPaths paths;  // train's rules (data/output_paths.h): nor inside a prepared data directory
+  paths.files = {{"--out", out}, {"--out's gnuplot script", out + ".gp"}};
+  paths.inputs = inputs;
+  check_outputs(paths);
 }
 
 int run_plot(int argc, char** argv) {

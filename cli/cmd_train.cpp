@@ -12,6 +12,7 @@
 #include "train/flight.h"
 #include "train/loop.h"
 #include "train/run_paths.h"
+#include "train/save_dir_lock.h"
 #include "viz/timeline.h"
 
 namespace rz {
@@ -40,6 +41,9 @@ int run_train(int argc, char** argv) {
     lo.node_rank = cfg.node_rank;
     lo.master_addr = cfg.master_addr;
     lo.master_port = cfg.master_port;
+    // One job per save-dir, held from here until the launcher and its last rank are gone
+    // (train/save_dir_lock.h); taken before any rank touches the directory.
+    const SaveDirLock lock = SaveDirLock::for_launcher(cfg.save_dir, cfg.node_rank);
     // Every rank writes its flight record into one directory; when the job fails that way,
     // the doctor's summary follows the launcher's own line (comm/debug/flight_doctor.h).
     const std::string flight_dir = resolve_flight_dir(cfg);
@@ -49,6 +53,7 @@ int run_train(int argc, char** argv) {
     if (rc != 0) print_flight_summary(flight_dir, launched_at);
     return rc;
   }
+  const SaveDirLock lock = SaveDirLock::for_rank(cfg.save_dir, rank_env_from_environment().rank);
   return run_training(cfg);
 }
 

@@ -33,6 +33,7 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/process.h"
+#include "data/output_paths.h"
 #include "data/rng.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -346,7 +347,10 @@ std::string checked_out_dir(const PrepareOptions& opt, const std::vector<std::st
       if (!has_glob_wildcard(in)) inputs.push_back({"the --input", in});
     for (const std::string& f : sources) inputs.push_back({"the --input file", f});
     if (!opt.gpt2_dir.empty()) inputs.push_back({"the --gpt2-dir", opt.gpt2_dir});
-    check_run_outputs({}, {{"--out", opt.out_dir}}, inputs);
+    CommandPaths paths;  // nor inside another prepared data directory (data/output_paths.h)
+    paths.dirs = {{"--out", opt.out_dir}};
+    paths.inputs = std::move(inputs);
+    check_outputs(paths);
   }
   // A symbolic link to a directory (a data folder kept elsewhere) stays a link: the new set
   // is built beside the directory it points to and swapped in there.

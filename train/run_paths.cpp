@@ -45,10 +45,20 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
   return in;
 }
 
+CommandPaths train_paths(const TrainConfig& cfg) {
+  CommandPaths p;
+  p.files = {{"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}};
+  p.dirs = {{"save_dir", cfg.save_dir}};
+  p.record_dirs = {{"flight_dir", cfg.flight_dir}};
+  p.inputs = train_inputs(cfg);
+  p.shard_patterns = {{"data", cfg.data}, {"val_data", cfg.val_data}};
+  return p;
+}
+
 void check_train_paths(const TrainConfig& cfg) {
-  const std::vector<RunPath> files = {
-      {"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}};
-  check_run_outputs(files, {{"save_dir", cfg.save_dir}}, train_inputs(cfg));
+  const CommandPaths paths = train_paths(cfg);
+  check_outputs(paths);
+  const std::vector<RunPath>& files = paths.files;
   // Nor inside one of save_dir's checkpoints (a resume reads it; pruning deletes it): those
   // directories are the run's own, so they are inputs of this second check only.
   std::vector<RunPath> checkpoints;
