@@ -295,6 +295,21 @@ void check_run_outputs(const std::vector<RunPath>& file_outputs, const std::vect
   }
 }
 
+void ensure_private_directory(const std::string& path, const char* what) {
+  const bool made = ::mkdir(path.c_str(), 0700) == 0;
+  RZ_CHECK(made || errno == EEXIST, "%s: cannot create %s: %s", what, path.c_str(), errno_string().c_str());
+  struct stat st;
+  RZ_CHECK(::lstat(path.c_str(), &st) == 0, "%s: %s: %s", what, path.c_str(), errno_string().c_str());
+  RZ_CHECK(S_ISDIR(st.st_mode), "%s: %s exists and is %s, not this user's private directory", what, path.c_str(),
+           mode_kind(st.st_mode));
+  RZ_CHECK(st.st_uid == ::geteuid(),
+           "%s: %s belongs to user id %u, not to this user (%u): someone else made it first", what, path.c_str(),
+           static_cast<unsigned>(st.st_uid), static_cast<unsigned>(::geteuid()));
+  RZ_CHECK((st.st_mode & 022) == 0,
+           "%s: %s is writable by %s (mode %04o): others could plant files in it", what, path.c_str(),
+           (st.st_mode & 002) != 0 ? "everyone" : "its group", static_cast<unsigned>(st.st_mode & 07777));
+}
+
 void check_input_file(const std::string& path, const char* what) {
   struct stat st;
   RZ_CHECK(::stat(path.c_str(), &st) == 0, "%s %s: cannot open: %s", what, path.c_str(), errno_string().c_str());

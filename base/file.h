@@ -84,6 +84,13 @@ void check_input_file(const std::string& path, const char* what);
 // throws naming `what` and the path otherwise. The caller closes the descriptor.
 int open_input_file(const std::string& path, const char* what);
 
+// A directory only this user can write, at `path` (whose parent is shared, like /tmp):
+// created with mode 0700 when missing; refused, with one line naming it and what is wrong
+// (`what` says what it is for), when it exists and is a symbolic link, not a directory,
+// another user's, or writable by group or others. Checked with lstat after the mkdir, so a
+// name someone else made first is never used.
+void ensure_private_directory(const std::string& path, const char* what);
+
 // The paths a shell glob (`*`, `?`, `[...]`) matches, sorted; empty when none match.
 // `what` names the pattern's origin in the error thrown when the glob itself fails.
 bool has_glob_wildcard(const std::string& s);

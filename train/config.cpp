@@ -174,7 +174,7 @@ const Setting kSettings[] = {
   {"transport", &TrainConfig::transport, Allowed::any, "how ranks on different processes talk (auto: shm when all share a host)"},
   {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
   {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)"},
-  {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else a temp dir)"},
+  {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else TMPDIR/ringzero-UID/flight-JOB, private to this user)"},
   {"flight_entries", &TrainConfig::flight_entries, Allowed::non_negative, "collectives each rank's flight recorder keeps (0: none)"},
   {"flight_watchdog", &TrainConfig::flight_watchdog, Allowed::non_negative, "seconds without progress in a collective before a rank writes its flight record (0: never; the comm timeout always does)"},
   {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},

@@ -108,7 +108,7 @@ struct TrainConfig {
   CommBackend comm = CommOptions{}.backend;  // ring (CPU or GPU ranks) | mpi (under mpirun; host buffers only) | nccl (GPU ranks)
   double comm_timeout = CommOptions{}.timeout_s;  // seconds any collective may wait for a peer
   bool comm_debug = false;        // fingerprint every collective across ranks (RINGZERO_COMM_DEBUG=1)
-  std::string flight_dir;         // flight records (comm/debug/flight_recorder.h); empty: <save_dir>/flight, else a temp dir
+  std::string flight_dir;         // flight records (comm/debug/flight_recorder.h); empty: <save_dir>/flight, else a private temp dir
   int flight_entries = static_cast<int>(kFlightEntriesDefault);  // collectives each rank's flight recorder keeps; 0 = off
   double flight_watchdog = 0.0;   // dump the flight record when a collective made no progress this long (s); 0 = off
   double bucket_mb = StrategyOptions{}.bucket_mb;           // gradient bucket size in MiB

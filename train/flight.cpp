@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "base/check.h"
+#include "base/file.h"
 #include "base/printable.h"
 #include "comm/debug/flight_doctor.h"
 
@@ -36,7 +37,15 @@ std::string resolve_flight_dir(const TrainConfig& cfg) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   std::string tmp = env("TMPDIR");
   if (tmp.empty()) tmp = "/tmp";
-  return (std::filesystem::path(tmp) / ("ringzero-flight-" + job)).string();
+  // Not a name in the shared temp dir that another local user could make first and fill
+  // (records the doctor would believe): a directory only this user can write, then the job.
+  const std::string mine = (std::filesystem::path(tmp) / strfmt("ringzero-%u", static_cast<unsigned>(geteuid()))).string();
+  try {
+    ensure_private_directory(mine, "flight_dir (the default)");
+  } catch (const Error& e) {
+    RZ_FAIL("%s; remove it, or give --flight-dir or --save-dir to keep the flight records elsewhere", e.what());
+  }
+  return (std::filesystem::path(mine) / ("flight-" + job)).string();
 }
 
 double unix_now() {
