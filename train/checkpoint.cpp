@@ -20,6 +20,8 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "base/printable.h"
+#include "model/layout.h"
 #include "model/llmc_file.h"
 
 namespace fs = std::filesystem;
@@ -437,23 +439,51 @@ std::vector<std::string> prune_checkpoints(const std::string& save_dir, int keep
   return left;
 }
 
+namespace {
+
+// The size of a file a save wrote, from lstat: it must be there and be a regular file (not a
+// link, which could name /dev/zero; not a FIFO, which nothing here ever opens).
+uint64_t checkpoint_file_size(const std::string& path) {
+  struct stat st;
+  RZ_CHECK(::lstat(path.c_str(), &st) == 0, "%s: missing from the checkpoint (%s)", path.c_str(),
+           errno_string().c_str());
+  const std::string kind = non_regular_kind(path);
+  RZ_CHECK(kind.empty(), "%s: is %s, not a regular file a save wrote", path.c_str(), kind.c_str());
+  return static_cast<uint64_t>(st.st_size);
+}
+
+}  // namespace
+
 LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) {
   LoadedCheckpoint ck;
   ck.dir = dir;
   ck.manifest = read_manifest(dir);
   ck.step = ck.manifest.step;
+  std::set<std::string> listed;
   for (const auto& [name, sz] : ck.manifest.files) {
     const std::string p = (fs::path(dir) / name).string();
-    RZ_CHECK(fs::exists(p), "%s: missing from the checkpoint", p.c_str());
-    RZ_CHECK(fs::file_size(p) == sz.first, "%s: truncated (%llu bytes, the manifest says %llu)", p.c_str(),
-             static_cast<unsigned long long>(fs::file_size(p)), static_cast<unsigned long long>(sz.first));
+    const uint64_t bytes = checkpoint_file_size(p);
+    RZ_CHECK(bytes == sz.first, "%s: truncated or replaced (%llu bytes, the manifest says %llu)", p.c_str(),
+             static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(sz.first));
     if (name == "model.bin")  // rank files carry their own checksum, checked as they are read
       RZ_CHECK(file_fnv64(p) == sz.second, "%s: checksum mismatch (the file is corrupted)", p.c_str());
+    listed.insert(name);
   }
+  // Every file a save writes is listed, and each one's size is what its own header and the
+  // model's shape say, not only what the manifest says: a manifest rewritten to match a
+  // truncated model.bin must not make it "intact" (`sample` could not read it).
+  const std::string model = (fs::path(dir) / "model.bin").string();
+  RZ_CHECK(listed.count("model.bin") > 0, "%s: the manifest does not list model.bin", dir.c_str());
+  const GPT2Config shape = read_model_header(model).cfg;  // size against the header's shape
+  RZ_CHECK(num_parameters(shape) == layout_total, "%s: holds a model of %zu parameters, this model has %llu",
+           model.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
   std::vector<std::pair<uint64_t, uint64_t>> all;  // every old range, for the coverage check
   for (int r = 0; r < ck.manifest.world; ++r) {
     const std::string p = (fs::path(dir) / rank_state_name(r)).string();
-    RankState s = read_rank_state_header(p);
+    RZ_CHECK(listed.count(rank_state_name(r)) > 0, "%s: the manifest does not list %s (world %d)", dir.c_str(),
+             rank_state_name(r).c_str(), ck.manifest.world);
+    checkpoint_file_size(p);
+    RankState s = read_rank_state_header(p);  // its size against its header, and its checksum
     RZ_CHECK(s.layout_total == layout_total,
              "%s: written for a model with %llu parameters, this model has %llu", p.c_str(),
              static_cast<unsigned long long>(s.layout_total), static_cast<unsigned long long>(layout_total));
@@ -550,7 +580,9 @@ LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t la
       ck = load_checkpoint(done[i].second, layout_total);
     } catch (const Error& e) {
       if (newest_error.empty()) newest_error = e.what();
-      if (notes != nullptr) *notes += strfmt("skipped damaged checkpoint %s: %s\n", done[i].second.c_str(), e.what());
+      if (notes != nullptr)  // one line each: what was wrong is quoted from files, so escaped
+        *notes += strfmt("resume auto: skipped checkpoint %s, which does not verify: %s\n",
+                         printable(done[i].second).c_str(), printable(e.what()).c_str());
       continue;
     }
     RZ_CHECK(newest_intact || newest_error.empty(),
