@@ -2,6 +2,7 @@
 // gives a one-line error naming the file.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 #include "base/check.h"
 #include "base/file.h"
+#include "model/layout.h"
+#include "model/llmc_file.h"
 #include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -25,16 +28,33 @@ fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
-// Rank r of 2 owns [r*5, r*5+5) of a 10-element layout; value = element index (+100 for m, +200 for v).
+// The smallest GPT-2 the model file can describe (L1 C4 NH1 V1 maxT2): the checkpoints' model.bin
+// must be a real one, since load_checkpoint checks its size against its header and its
+// parameter count against the layout (issue 40). kTotal = its parameters.
+GPT2Config tiny_shape() {
+  GPT2Config c;
+  c.num_layers = 1;
+  c.channels = 4;
+  c.num_heads = 1;
+  c.vocab_size = 1;
+  c.max_seq_len = 2;
+  finalize_config(c);
+  return c;
+}
+const uint64_t kTotal = num_parameters(tiny_shape());
+const uint64_t kHalf = kTotal / 2;
+
+// Rank r of 2 owns [r*kHalf, (r+1)*kHalf) of the layout; value = element index (+100 for m,
+// +200 for v).
 RankState shard_state(int r) {
   RankState s;
   s.rank = r;
   s.world = 2;
   s.step = 7;
   s.optimizer_step = 7;
-  s.layout_total = 10;
-  s.ranges = {{static_cast<uint64_t>(r * 5), static_cast<uint64_t>(r * 5 + 5)}};
-  for (int i = r * 5; i < r * 5 + 5; ++i) {
+  s.layout_total = kTotal;
+  s.ranges = {{r * kHalf, r == 0 ? kHalf : kTotal}};
+  for (uint64_t i = s.ranges[0].first; i < s.ranges[0].second; ++i) {
     s.master.push_back(static_cast<float>(i));
     s.m.push_back(100.0f + i);
     s.v.push_back(200.0f + i);
@@ -48,8 +68,8 @@ RankState shard_state(int r) {
 fs::path write_two_rank_checkpoint(const fs::path& save_dir, uint64_t step = 7) {
   const fs::path dir = checkpoint_dir_name(save_dir.string(), step);
   fs::create_directories(dir);
-  std::string model = "pretend llm.c model bytes";
-  write_file_atomic((dir / "model.bin").string(), model);
+  const std::vector<float> params(kTotal, 0.5f);
+  write_model_file((dir / "model.bin").string(), tiny_shape(), Precision::fp32, params.data());
   for (int r = 0; r < 2; ++r) {
     RankState s = shard_state(r);
     s.step = step;
@@ -105,21 +125,23 @@ TEST_CASE("a two-rank checkpoint assembles into full arrays; newest complete one
   auto list = list_complete_checkpoints(save.string());
   REQUIRE(list.size() == 2);
   CHECK(list.back().first == 7);
-  LoadedCheckpoint ck = load_checkpoint(dir.string(), 10);
+  LoadedCheckpoint ck = load_checkpoint(dir.string(), kTotal);
   CHECK(ck.step == 7);
   CHECK(ck.manifest.world == 2);
   CHECK(ck.manifest.strategy == "zero2");
   REQUIRE(ck.ranks.size() == 2);
   CHECK(ck.ranks[1].loader_next_window == 41);
   CHECK(ck.ranks[1].master.empty());  // the arrays stay in the files until read
-  // Read back as a new rank that needs master values for [2, 9) and owns m, v of [3, 4) and
-  // [6, 8), with 2-float chunks: each chunk read from the file that holds it.
-  std::vector<float> got[3] = {std::vector<float>(10, -1.0f), std::vector<float>(10, -1.0f),
-                               std::vector<float>(10, -1.0f)};
+  // Read back as a new rank that needs master values for [o+2, o+9) and owns m, v of
+  // [o+3, o+4) and [o+6, o+8), with 2-float chunks, where o + 5 = kHalf is where rank 1's file
+  // starts: each chunk read from the file that holds it.
+  const uint64_t o = kHalf - 5;
+  std::vector<float> got[3] = {std::vector<float>(kTotal, -1.0f), std::vector<float>(kTotal, -1.0f),
+                               std::vector<float>(kTotal, -1.0f)};
   std::vector<std::pair<int, uint64_t>> chunks;
   StateTarget target;
-  target.master_ranges = {{2, 9}};
-  target.moment_ranges = {{6, 8}, {3, 4}};
+  target.master_ranges = {{o + 2, o + 9}};
+  target.moment_ranges = {{o + 6, o + 8}, {o + 3, o + 4}};
   target.chunk_elems = 2;
   target.put = [&](int array, uint64_t begin, const float* data, size_t n) {
     CHECK(n <= 2);
@@ -127,13 +149,14 @@ TEST_CASE("a two-rank checkpoint assembles into full arrays; newest complete one
     for (size_t i = 0; i < n; ++i) got[array][begin + i] = data[i];
   };
   read_checkpoint_state(ck, target);
-  for (int i = 0; i < 10; ++i) {
-    CHECK(got[kStateMaster][i] == (i >= 2 && i < 9 ? static_cast<float>(i) : -1.0f));
+  for (uint64_t i = 0; i < 10; ++i) {
+    const float x = static_cast<float>(o + i);
+    CHECK(got[kStateMaster][o + i] == (i >= 2 && i < 9 ? x : -1.0f));
     const bool moment = i == 3 || i == 6 || i == 7;
-    CHECK(got[kStateM][i] == (moment ? 100.0f + i : -1.0f));
-    CHECK(got[kStateV][i] == (moment ? 200.0f + i : -1.0f));
+    CHECK(got[kStateM][o + i] == (moment ? 100.0f + x : -1.0f));
+    CHECK(got[kStateV][o + i] == (moment ? 200.0f + x : -1.0f));
   }
-  // rank 0's file [0, 5): master [2, 4) [4, 5); rank 1's [5, 10): [5, 7) [7, 9).
+  // rank 0's file [0, o+5): master [o+2, o+4) [o+4, o+5); rank 1's [o+5, kTotal): [o+5, o+7) [o+7, o+9).
   CHECK(std::count_if(chunks.begin(), chunks.end(), [](auto c) { return c.first == kStateMaster; }) == 4);
   prune_checkpoints(save.string(), 1);
   CHECK_FALSE(fs::exists(checkpoint_dir_name(save.string(), 5)));
@@ -150,12 +173,12 @@ TEST_CASE("damaged checkpoints give one-line errors naming the file") {
   SECTION("corrupted rank file") {
     flip_byte(r1, 200);
     CHECK(error_of([&] { read_rank_state(r1); }) == r1 + ": checksum mismatch (the file is corrupted)");
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) == r1 + ": checksum mismatch (the file is corrupted)");
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }) == r1 + ": checksum mismatch (the file is corrupted)");
   }
   SECTION("truncated rank file") {
     fs::resize_file(r1, fs::file_size(r1) - 4);
     CHECK(error_of([&] { read_rank_state(r1); }).find(r1 + ": truncated or corrupted rank state") == 0);
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find(r1 + ": truncated") == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }).find(r1 + ": truncated") == 0);
     fs::resize_file(r1, 20);
     CHECK(error_of([&] { read_rank_state(r1); }).find(r1 + ": truncated rank state") == 0);
   }
@@ -165,25 +188,46 @@ TEST_CASE("damaged checkpoints give one-line errors naming the file") {
   }
   SECTION("corrupted model file") {
     flip_byte(model, 3);
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) == model + ": checksum mismatch (the file is corrupted)");
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }) == model + ": checksum mismatch (the file is corrupted)");
   }
   SECTION("truncated model file") {
     fs::resize_file(model, 4);
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find(model + ": truncated") == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }).find(model + ": truncated") == 0);
+  }
+  SECTION("a truncated model.bin whose manifest was rewritten to agree (issue 40)") {
+    fs::resize_file(model, fs::file_size(model) - 64);
+    write_manifest(dir.string(), 7, 2, "zero2", "fp32");  // sizes and checksums of the files as they are now
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }).find("model file " + model + ": ") == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }).find("but its header") != std::string::npos);
+  }
+  SECTION("a model.bin that is a FIFO, a state file that links to /dev/zero: named, never opened (issue 40)") {
+    fs::remove(model);
+    REQUIRE(::mkfifo(model.c_str(), 0644) == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }) == model + ": is a FIFO, not a regular file a save wrote");
+    fs::remove(model);
+    const std::vector<float> params(kTotal, 0.5f);
+    write_model_file(model, tiny_shape(), Precision::fp32, params.data());
+    fs::remove(r1);
+    fs::create_symlink("/dev/zero", r1);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }) ==
+          r1 + ": is a symbolic link, not a regular file a save wrote");
   }
   SECTION("a model of another size") {
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 12); }).find("written for a model with 10 parameters, this model has 12") != std::string::npos);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal + 2); })
+              .find(strfmt("written for a model with %llu parameters, this model has %llu",
+                           static_cast<unsigned long long>(kTotal), static_cast<unsigned long long>(kTotal + 2))) !=
+          std::string::npos);
   }
   SECTION("malformed manifest") {
     std::ofstream((dir / "COMPLETE").string()) << "{ not json";
-    CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }).find((dir / "COMPLETE").string() + ": malformed checkpoint manifest") == 0);
+    CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }).find((dir / "COMPLETE").string() + ": malformed checkpoint manifest") == 0);
   }
   SECTION("a manifest whose integers are huge floats or negative (found by fuzzing)") {
     const std::string complete = (dir / "COMPLETE").string();
     for (const char* step : {"4e99", "-3", "1.5"}) {
       std::ofstream(complete) << "{\"format\":\"ringzero-checkpoint\",\"step\":" << step
                               << ",\"world\":1,\"strategy\":\"ddp\",\"precision\":\"fp32\",\"files\":{}}";
-      CHECK(error_of([&] { load_checkpoint(dir.string(), 10); }) ==
+      CHECK(error_of([&] { load_checkpoint(dir.string(), kTotal); }) ==
             complete + ": \"step\" is not an integer in [0, 18446744073709551615]");
     }
   }

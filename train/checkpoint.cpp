@@ -471,12 +471,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
   }
   // Every file a save writes is listed, and each one's size is what its own header and the
   // model's shape say, not only what the manifest says: a manifest rewritten to match a
-  // truncated model.bin must not make it "intact" (`sample` could not read it).
-  const std::string model = (fs::path(dir) / "model.bin").string();
-  RZ_CHECK(listed.count("model.bin") > 0, "%s: the manifest does not list model.bin", dir.c_str());
-  const GPT2Config shape = read_model_header(model).cfg;  // size against the header's shape
-  RZ_CHECK(num_parameters(shape) == layout_total, "%s: holds a model of %zu parameters, this model has %llu",
-           model.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
+  // truncated file must not make it "intact".
   std::vector<std::pair<uint64_t, uint64_t>> all;  // every old range, for the coverage check
   for (int r = 0; r < ck.manifest.world; ++r) {
     const std::string p = (fs::path(dir) / rank_state_name(r)).string();
@@ -506,6 +501,13 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
   }
   RZ_CHECK(reached >= layout_total, "%s: the rank files leave parameter %lld without optimizer state", dir.c_str(),
            static_cast<long long>(reached));
+  // model.bin (what `sample` and llm.c read): its size against its llm.c header's shape, and
+  // that shape's parameter count against this model's.
+  const std::string model = (fs::path(dir) / "model.bin").string();
+  RZ_CHECK(listed.count("model.bin") > 0, "%s: the manifest does not list model.bin", dir.c_str());
+  const GPT2Config shape = read_model_header(model).cfg;
+  RZ_CHECK(num_parameters(shape) == layout_total, "%s: holds a model of %zu parameters, this model has %llu",
+           model.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
   return ck;
 }
 
@@ -581,7 +583,7 @@ LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t la
     } catch (const Error& e) {
       if (newest_error.empty()) newest_error = e.what();
       if (notes != nullptr)  // one line each: what was wrong is quoted from files, so escaped
-        *notes += strfmt("resume auto: skipped checkpoint %s, which does not verify: %s\n",
+        *notes += strfmt("resume auto: skipped damaged checkpoint %s: %s\n",
                          printable(done[i].second).c_str(), printable(e.what()).c_str());
       continue;
     }
