@@ -41,9 +41,15 @@ int wait_status(pid_t p) {
 // A job that keeps saving (every 2 steps) until it is stopped; returns once a checkpoint is complete.
 pid_t start_long_job(const fs::path& ck, const fs::path& log, const std::string& extra = "") {
   const pid_t sh = spawn(tiny_args("--steps 100000 --save-every 2 --save-dir " + quote(ck.string()) + " " + extra), log);
-  const bool saved = wait_for([&] { return !complete_steps(ck).empty(); }, 90);
+  bool ended = false;  // a job that fails at once fails the test at once
+  const bool saved = wait_for([&] {
+    int st = 0;
+    ended = ended || waitpid(sh, &st, WNOHANG) == sh;
+    return ended || !complete_steps(ck).empty();
+  }, 90);
   INFO(slurp(log));
   REQUIRE(saved);
+  REQUIRE(!ended);
   return sh;
 }
 
@@ -65,6 +71,7 @@ TEST_CASE("a second job on a live save-dir is refused, naming the holder; the fi
     CHECK(line.find("--save-every 2") != std::string::npos);  // the holder's command line
     CHECK(line.find("--nproc-per-node 2") != std::string::npos);
     CHECK(b.output.find("step 1") == std::string::npos);
+    CHECK(b.output.find("[rank ") == std::string::npos);  // a launcher refuses before it starts any rank
   }
   CHECK(fs::exists(ck / first / "COMPLETE"));
   CHECK(fs::exists(ck / first / "model.bin"));
