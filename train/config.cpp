@@ -181,7 +181,7 @@ const Setting kSettings[] = {
   {"buckets_in_flight", &TrainConfig::buckets_in_flight, Allowed::positive, "zero2: staging buckets reduce-scattering at once"},
   {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, Allowed::any, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
   {"grad_reduce_dtype", &TrainConfig::grad_reduce_dtype, Allowed::reduce_dtype, "bf16 runs: the dtype gradient buckets travel and are summed in: bf16 (rounded at every ring hop) or fp32 (twice the bytes, rounded once; fp32 reduce buffers); auto: the precision's (docs/comm.md)"},
-  {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none)"},
+  {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none); one job at a time (ringzero.lock)"},
   {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
   {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
   {"resume", &TrainConfig::resume, Allowed::any, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
