@@ -152,14 +152,19 @@ bool shard_pattern_matches(const std::string& pattern, const std::string& path) 
 }
 
 std::string prepared_data_marker(const std::string& dir) {
-  const std::string tok = head_of_regular_file(dir + "/tokenizer.bin", sizeof(int32_t));
-  int32_t magic = 0;
-  if (tok.size() == sizeof magic) std::memcpy(&magic, tok.data(), sizeof magic);
-  if (magic == kLlmcTokenizerMagic) return "tokenizer.bin";
   // prepare's meta.json is written with sorted keys: "format" comes within the first few
   // lines, ahead of the long lists ("sources", the shard names).
   if (head_of_regular_file(dir + "/meta.json", kMetaHeadBytes).find("llm.c token shards") != std::string::npos)
     return "meta.json";
+  // Without it (removed by hand): llm.c's tokenizer.bin beside prepare's first shard. A
+  // tokenizer.bin alone (kept in a project folder for `sample`) does not make a data directory.
+  const std::string tok = head_of_regular_file(dir + "/tokenizer.bin", sizeof(int32_t));
+  int32_t magic = 0;
+  if (tok.size() == sizeof magic) std::memcpy(&magic, tok.data(), sizeof magic);
+  struct stat st;
+  if (magic == kLlmcTokenizerMagic && (::stat((dir + "/train_000000.bin").c_str(), &st) == 0 ||
+                                       ::stat((dir + "/val_000000.bin").c_str(), &st) == 0))
+    return "tokenizer.bin";
   return {};
 }
 

@@ -42,9 +42,10 @@ void check_outputs(const CommandPaths& paths);
 // Whether `pattern` (a shard pattern: a glob or a comma list of paths) would read `path`.
 bool shard_pattern_matches(const std::string& pattern, const std::string& path);
 
-// What makes `dir` a directory `ringzero prepare` wrote: "tokenizer.bin" (one with llm.c's
-// tokenizer magic) or "meta.json" (one that describes llm.c token shards); empty when
-// neither is there. Reads at most a few KiB, never blocks on a FIFO, never throws.
+// What makes `dir` a directory `ringzero prepare` wrote: "meta.json" (prepare's, which
+// describes llm.c token shards), else "tokenizer.bin" (llm.c's magic) beside a first shard
+// (train_000000.bin or val_000000.bin); empty otherwise. Reads at most a few KiB, never
+// blocks on a FIFO, never throws.
 std::string prepared_data_marker(const std::string& dir);
 
 }  // namespace rz

@@ -159,6 +159,20 @@ TEST_CASE("an output the data pattern would read, or inside a prepared data dire
         std::vector<std::string>{fs::directory_iterator(plain)->path().filename().string()});
   Result ok = run(tiny_args("--steps 1"));
   CHECK(ok.status == 0);
+  // Without prepare's meta.json, its tokenizer.bin beside a first shard still marks the data;
+  // a tokenizer.bin alone (kept in a project folder for `sample`) does not.
+  const fs::path bare = work_dir() / "bare_data", project = work_dir() / "project";
+  fs::create_directories(bare);
+  fs::create_directories(project);
+  for (const char* f : {"tokenizer.bin", "train_000000.bin"})
+    fs::copy_file(d / f, bare / f, fs::copy_options::overwrite_existing);
+  fs::copy_file(d / "tokenizer.bin", project / "tokenizer.bin", fs::copy_options::overwrite_existing);
+  Result in_bare = run(tiny_args("--steps 1 --metrics " + quote((bare / "m.jsonl").string())));
+  CHECK(last_line(in_bare.output).find("prepared data directory (its tokenizer.bin says so)") != std::string::npos);
+  Result in_project = run(tiny_args("--steps 1 --metrics " + quote((project / "m.jsonl").string())));
+  INFO(in_project.output);
+  CHECK(in_project.status == 0);
+  CHECK(fs::exists(project / "m.jsonl"));
 }
 
 TEST_CASE("plot --out inside a prepared data directory is refused like train's outputs") {
