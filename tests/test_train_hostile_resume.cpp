@@ -5,7 +5,9 @@
 //     and the newest intact checkpoint; `--resume auto` falls back to it, saying why in one
 //     line (before: "intact", and its model.bin was unusable by `sample`);
 //   - model.bin replaced by a FIFO, or a rank's state file by a link to /dev/zero (before: a
-//     raw "filesystem error: cannot get file size"): the same, naming the file.
+//     raw "filesystem error: cannot get file size"): the same, naming the file;
+//   - the damaged checkpoint is moved aside (step_N.damaged), so --keep keeps what this run
+//     saves instead of the damaged one, and the save of its step is not refused.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -99,7 +101,8 @@ TEST_CASE("a damaged newest checkpoint is named; --resume auto falls back to the
     CHECK(line.find("the newest intact one is " + (ck / "step_00000002").string()) != std::string::npos);
     CHECK(yes.output.find("filesystem error") == std::string::npos);
     // auto: one line on what was wrong with the newer one, then the resume from the older.
-    Result aut = run(tiny_args("--steps 3 --resume auto --save-dir " + quote(ck.string())), 60);
+    // The damaged one is moved aside whole: --keep 1 keeps this run's step 3, not it.
+    Result aut = run(tiny_args("--steps 3 --keep 1 --resume auto --save-dir " + quote(ck.string())), 60);
     INFO(aut.output);
     CHECK(aut.status == 0);
     const size_t skip = aut.output.find("resume auto: skipped damaged checkpoint " + step4.string() + ": ");
@@ -107,8 +110,16 @@ TEST_CASE("a damaged newest checkpoint is named; --resume auto falls back to the
     const std::string skip_line = aut.output.substr(skip, aut.output.find('\n', skip) - skip);
     CHECK(skip_line.find(named) != std::string::npos);
     CHECK(skip_line.find(d.says) != std::string::npos);
+    CHECK(skip_line.find("(moved aside to " + step4.string() + ".damaged)") != std::string::npos);
     CHECK(aut.output.find("resumed from " + (ck / "step_00000002").string() + ": step 2") != std::string::npos);
     CHECK(aut.output.find("step 3/3") != std::string::npos);
+    // (kept whole, COMPLETE and all; its name is no step directory's, so no resume reads it)
+    CHECK(complete_steps(ck) == std::vector<std::string>{"step_00000003", "step_00000004.damaged"});
+    CHECK(fs::exists(fs::symlink_status(ck / "step_00000004.damaged" / d.file)));
+    Result again = run(tiny_args("--steps 3 --resume yes --save-dir " + quote(ck.string())), 60);
+    INFO(again.output);
+    CHECK(again.status == 0);
+    CHECK(again.output.find("nothing to do: the checkpoint is at step 3") != std::string::npos);
   }
 }
 

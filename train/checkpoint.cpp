@@ -572,29 +572,45 @@ std::vector<std::string> list_step_dirs(const std::string& save_dir) {
 }
 
 LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t layout_total, bool newest_intact,
-                                        std::string* notes) {
+                                        std::string* notes, bool set_aside) {
   const auto done = list_complete_checkpoints(save_dir);
   RZ_CHECK(newest_intact || !done.empty(), "resume: no complete checkpoint in %s", save_dir.c_str());
-  std::string newest_error;
+  std::vector<std::pair<std::string, std::string>> skipped;  // (dir, why), newest first
   for (size_t i = done.size(); i-- > 0;) {
     LoadedCheckpoint ck;
     try {
       ck = load_checkpoint(done[i].second, layout_total);
     } catch (const Error& e) {
-      if (newest_error.empty()) newest_error = e.what();
-      if (notes != nullptr)  // one line each: what was wrong is quoted from files, so escaped
-        *notes += strfmt("resume auto: skipped damaged checkpoint %s: %s\n",
-                         printable(done[i].second).c_str(), printable(e.what()).c_str());
+      skipped.emplace_back(done[i].second, e.what());
       continue;
     }
-    RZ_CHECK(newest_intact || newest_error.empty(),
+    RZ_CHECK(newest_intact || skipped.empty(),
              "resume: the newest checkpoint %s is damaged (%s); the newest intact one is %s (step %llu): "
-             "--resume auto takes it", done.back().second.c_str(), newest_error.c_str(), ck.dir.c_str(),
+             "--resume auto takes it", done.back().second.c_str(), skipped.front().second.c_str(), ck.dir.c_str(),
              static_cast<unsigned long long>(ck.step));
+    // The damaged ones are newer than the step this run goes on from: left where they are,
+    // --keep would count them among the newest and prune the intact ones this run saves,
+    // and a file in them that is not a regular file (a FIFO) would refuse the save of their
+    // step. Moved aside, whole, under a name that is not a step directory's.
+    for (const auto& [dir, why] : skipped) {
+      std::string moved;
+      if (set_aside) {
+        moved = dir + ".damaged";
+        if (fs::exists(fs::symlink_status(moved))) moved += strfmt(".%d", static_cast<int>(::getpid()));
+        std::error_code ec;
+        fs::rename(dir, moved, ec);
+        if (ec) moved = "could not move it aside: " + ec.message();
+        else moved = "moved aside to " + moved;
+      }
+      if (notes != nullptr)  // one line each: what was wrong is quoted from files, so escaped
+        *notes += strfmt("resume auto: skipped damaged checkpoint %s: %s%s%s%s\n", printable(dir).c_str(),
+                         printable(why).c_str(), moved.empty() ? "" : " (", printable(moved).c_str(),
+                         moved.empty() ? "" : ")");
+    }
     return ck;
   }
   RZ_CHECK(done.empty(), "resume: the newest checkpoint %s is damaged (%s), and no older one is intact",
-           done.back().second.c_str(), newest_error.c_str());
+           done.back().second.c_str(), skipped.front().second.c_str());
   return LoadedCheckpoint{};  // auto, and nothing saved yet: a fresh start
 }
 

@@ -162,9 +162,12 @@ void read_checkpoint_state(const LoadedCheckpoint& ck, const StateTarget& target
 // The checkpoint --resume continues from. newest_intact false (--resume yes): the newest
 // complete one; when it is damaged, an error that says why and names the newest intact
 // one (which --resume auto would take). newest_intact true (--resume auto): the newest
-// that loads, each damaged one skipped with a line in *notes; dir empty when save_dir holds
-// no complete checkpoint at all (a fresh start); an error when it holds only damaged ones.
+// that loads, each damaged one skipped with a line in *notes ("resume auto: skipped damaged
+// checkpoint DIR: WHY"); dir empty when save_dir holds no complete checkpoint at all (a
+// fresh start); an error when it holds only damaged ones. set_aside (rank 0 of an auto
+// resume): the damaged ones newer than the one taken are renamed DIR.damaged, whole, so
+// that --keep does not count them and the saves of their steps are not refused.
 LoadedCheckpoint load_resume_checkpoint(const std::string& save_dir, uint64_t layout_total, bool newest_intact,
-                                        std::string* notes);
+                                        std::string* notes, bool set_aside = false);
 
 }  // namespace rz

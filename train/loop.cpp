@@ -372,7 +372,7 @@ void Trainer::resume() {
     }
   }
   std::string notes;
-  LoadedCheckpoint ck = load_resume_checkpoint(cfg_.save_dir, total, cfg_.resume == Resume::automatic, &notes);
+  LoadedCheckpoint ck = load_resume_checkpoint(cfg_.save_dir, total, cfg_.resume == Resume::automatic, &notes, rank0());
   if (rank0() && !notes.empty()) std::printf("%s", notes.c_str());
   if (ck.dir.empty()) {
     if (rank0()) std::printf("resume auto: no checkpoint in %s yet; starting from step 0\n", cfg_.save_dir.c_str());
