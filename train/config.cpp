@@ -41,7 +41,7 @@ using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t 
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
                            PrecisionChoice TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
                            Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*,
-                           CommBackend TrainConfig::*, CommTransport TrainConfig::*>;
+                           CommBackend TrainConfig::*, CommTransport TrainConfig::*, ModelSource TrainConfig::*>;
 
 // The keys held as a module's own type, each read and written by that module's one
 // parse/name pair (which also names the allowed values in its errors).
@@ -106,6 +106,12 @@ struct Named<CommTransport> {
     return or_list(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports)));
   }
 };
+template <>
+struct Named<ModelSource> {
+  static ModelSource parse(const std::string& s) { return parse_model_source(s); }
+  static std::string name(const ModelSource& v) { return model_source_name(v); }
+  static std::string allowed() { return ""; }  // the help line says it (kModelSourceHelp)
+};
 template <typename T>
 constexpr bool is_named_v = requires(const std::string& s) { Named<T>::parse(s); };
 
@@ -138,7 +144,7 @@ const Setting kSettings[] = {
   {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)"},
   {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)"},
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
-  {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
+  {"init", &TrainConfig::init, Allowed::any, "the model to start from instead of random init: an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) or hf:DIR (a Hugging Face GPT-2 directory)"},
   {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)"},
   {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},

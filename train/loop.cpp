@@ -36,6 +36,7 @@
 #include "train/flight.h"
 #include "train/generate.h"
 #include "train/metrics.h"
+#include "train/model_source.h"
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
@@ -215,7 +216,8 @@ void Trainer::setup() {
     device_.index = cfg_.comm == CommBackend::nccl ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
-  RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
+  RZ_CHECK(cfg_.init.kind != ModelSourceKind::llmc || fs::exists(cfg_.init.path), "init: %s: no such file",
+           cfg_.init.path.c_str());
 
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
   // on every rank instead of leaving the others waiting.
@@ -223,18 +225,17 @@ void Trainer::setup() {
   RZ_CHECK(tok_ != nullptr || cfg_.sample_every == 0,
            "sample_every: does nothing without a tokenizer to decode the samples (give --tokenizer, or the "
            "tokenizer.bin `ringzero prepare` writes beside the shards)");
-  std::optional<ModelFile> init;
-  if (!cfg_.init.empty()) {
-    init = read_model_header(cfg_.init);  // the parameters are streamed in below
-    mcfg_ = init->cfg;
+  const bool init = !cfg_.init.empty();
+  if (init) {
+    mcfg_ = read_model_source_config(cfg_.init);  // the parameters are streamed in below
     // The file's shape is the model's; an explicit shape key that disagrees is a mistake.
     for (auto [key, want, have] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
                                    {"channels", cfg_.channels, mcfg_.channels},
                                    {"heads", cfg_.heads, mcfg_.num_heads},
                                    {"vocab", cfg_.vocab, mcfg_.vocab_size},
                                    {"max_seq", cfg_.max_seq, mcfg_.max_seq_len}})
-      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want, cfg_.init.c_str(),
-               have);
+      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want,
+               cfg_.init.spec.c_str(), have);
   } else {
     mcfg_ = resolve_model_config(cfg_, tok_.get());
   }
@@ -279,8 +280,7 @@ void Trainer::setup() {
   shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init)
-    read_model_file_chunks(cfg_.init,
-                           [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
+    read_model_source(cfg_.init, [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
   else model_->init_random(cfg_.seed);
   sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
