@@ -193,6 +193,8 @@ const Setting kSettings[] = {
   {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
   {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
   {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
+  {"hellaswag", &TrainConfig::hellaswag, Allowed::any, "llm.c eval file (hellaswag_val.bin, the tokenizer's ids) scored in llm.c's completion style: acc (least summed loss) and acc_norm (least mean loss) over each example's endings; rows must fit in seq (empty: none)"},
+  {"hellaswag_every", &TrainConfig::hellaswag_every, Allowed::non_negative, "score --hellaswag every n steps, and at the end, sharded over the ranks (0: never)"},
   {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)"},
   {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
   {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
@@ -532,6 +534,10 @@ void check_no_idle_keys(const TrainConfig& c) {
   idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)", {"val_data"});
   idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)",
        {"val_data"});
+  idle(c.hellaswag_every != d.hellaswag_every, !c.hellaswag.empty(), "hellaswag_every",
+       "hellaswag (the eval file to score)", {"hellaswag"});
+  idle(!c.hellaswag.empty(), c.hellaswag_every > 0, "hellaswag", "hellaswag_every > 0 (it is never scored)",
+       {"hellaswag_every"});
   idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)",
        {"trace"});
   const bool sampling = c.sample_every > 0;

@@ -128,6 +128,8 @@ struct TrainConfig {
   // --- evaluation, sampling, reporting
   int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never
   int eval_batches = 4;           // (B, T) validation batches per rank per evaluation
+  std::string hellaswag;          // llm.c eval file (hellaswag_val.bin) scored every hellaswag_every steps; empty = none
+  int hellaswag_every = 0;        // HellaSwag acc / acc_norm every n steps (and at the end); 0 = never
   int sample_every = 0;           // rank 0 prints a text sample every m steps (and at the end); 0 = never
   int sample_tokens = 64;         // tokens per sample
   int sample_top_k = 0;           // 0 = greedy; k > 0 samples from the k most likely tokens

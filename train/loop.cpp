@@ -27,6 +27,7 @@
 #include "comm/factory.h"
 #include "comm/debug/flight_recorder.h"
 #include "comm/nccl/nccl_communicator.h"
+#include "data/eval_file.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -35,11 +36,13 @@
 #include "train/checkpoint.h"
 #include "train/flight.h"
 #include "train/generate.h"
+#include "train/hellaswag.h"
 #include "train/metrics.h"
 #include "train/model_source.h"
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
+#include "train/val_loss.h"
 #include "viz/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
@@ -109,7 +112,8 @@ class Trainer {
  private:
   void setup();
   void resume();
-  float eval_loss();
+  float eval_loss(std::optional<float>* bpb);
+  void eval_hellaswag(StepRecord& rec);
   void sample(int step);
   void check_save_dir();
   void warn_left(const std::vector<std::string>& left, const char* during);
@@ -144,6 +148,8 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   StrategyOptions sopts_;
   std::unique_ptr<DataLoader> train_, val_;
+  std::vector<int> token_bytes_;        // per token id its bytes, for val bits per byte (empty: no tokenizer)
+  std::optional<EvalFile> hellaswag_;   // --hellaswag
   std::vector<int> inputs_, targets_;  // (B, T)
   SampleRng rng_;
   int start_step_ = 0;
@@ -243,6 +249,11 @@ void Trainer::setup() {
            mcfg_.max_seq_len);
   RZ_CHECK(tok_ == nullptr || tok_->vocab_size() <= mcfg_.vocab_size,
            "vocab: the model's V=%d is smaller than the tokenizer's %d", mcfg_.vocab_size, tok_->vocab_size());
+  if (tok_ != nullptr) token_bytes_ = token_byte_lengths(*tok_, mcfg_.vocab_size);
+  if (!cfg_.hellaswag.empty()) {  // rows within the run's T, as llm.c's EvalLoader wants them
+    hellaswag_ = read_eval_file(cfg_.hellaswag);
+    check_eval_fits(*hellaswag_, mcfg_, cfg_.seq, cfg_.hellaswag, "seq");
+  }
   check_prepared_dir(data_dir_of(cfg_.data));  // not a mix of two `prepare` runs
   if (!cfg_.val_data.empty()) check_prepared_dir(data_dir_of(cfg_.val_data));
   train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
@@ -400,14 +411,38 @@ void Trainer::resume() {
                 ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
 }
 
-float Trainer::eval_loss() {
+// The validation loss, and (where the tokenizer gives token bytes) its bits per byte in *bpb.
+float Trainer::eval_loss(std::optional<float>* bpb) {
   val_->reset();
-  double sum = 0;
-  for (int i = 0; i < cfg_.eval_batches; ++i) {
-    val_->next_batch(inputs_.data(), targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
+  const ValSums s = sum_val_batches(*model_, *val_, cfg_.batch, cfg_.seq, cfg_.eval_batches,
+                                    token_bytes_.empty() ? nullptr : &token_bytes_, inputs_, targets_);
+  const float loss = all_reduce_mean(static_cast<float>(s.loss_sum / cfg_.eval_batches), "val loss");
+  if (!token_bytes_.empty()) {
+    float nb[2] = {static_cast<float>(s.nats), static_cast<float>(s.bytes)};
+    CommPurpose purpose("val bits per byte");
+    host_comm_->all_reduce(nb, 2, ReduceOp::sum);
+    if (const auto b = bits_per_byte(nb[0], nb[1])) *bpb = static_cast<float>(*b);
   }
-  return all_reduce_mean(static_cast<float>(sum / cfg_.eval_batches), "val loss");
+  return loss;
+}
+
+// Collective: every rank scores its share of the examples (r, r + N, ...), the counts are
+// summed over the ranks.
+void Trainer::eval_hellaswag(StepRecord& rec) {
+  ChoiceEvalOptions o;
+  o.rank = rank_;
+  o.world = world_;
+  o.rows = cfg_.batch;
+  o.max_row = cfg_.seq;
+  o.collective_forward = strategy_traits(cfg_.strategy).forward_needs_collectives;
+  const ChoiceCounts c = score_choices(*model_, *hellaswag_, o);
+  float v[3] = {static_cast<float>(c.examples), static_cast<float>(c.correct), static_cast<float>(c.correct_norm)};
+  CommPurpose purpose("hellaswag counts");
+  host_comm_->all_reduce(v, 3, ReduceOp::sum);
+  rec.hellaswag_examples = static_cast<int>(v[0]);
+  const double n = v[0];
+  rec.hellaswag_acc = n > 0 ? v[1] / n : 0.0;
+  rec.hellaswag_acc_norm = n > 0 ? v[2] / n : 0.0;
 }
 
 void Trainer::sample(int step) {
@@ -615,6 +650,9 @@ int Trainer::run() {
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
       std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
+    if (val_ && cfg_.eval_every > 0 && token_bytes_.empty())
+      std::printf("val bits per byte: n/a (no tokenizer to count the tokens' bytes: give --tokenizer, or prepare's "
+                  "tokenizer.bin beside the shards)\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
   }
@@ -708,15 +746,25 @@ int Trainer::run() {
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
       RZ_TRACE_SCOPE("eval");
-      rec.val_loss = eval_loss();
+      rec.val_loss = eval_loss(&rec.val_bpb);
+    }
+    if (hellaswag_ && cfg_.hellaswag_every > 0 && ((s + 1) % cfg_.hellaswag_every == 0 || last)) {
+      RZ_TRACE_SCOPE("hellaswag");
+      eval_hellaswag(rec);
     }
     if (rank0()) {
       ++steps_timed;
       const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
       const std::string line = format_progress(rec, eta, end.peak_mib);
-      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped || rec.spike;
-      if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(),
-                            rec.val_loss ? strfmt(" | val %.4f", *rec.val_loss).c_str() : "");
+      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.hellaswag_acc ||
+                        rec.skipped || rec.spike;
+      std::string evals;
+      if (rec.val_loss)
+        evals += strfmt(" | val %.4f", *rec.val_loss) + (rec.val_bpb ? strfmt(" (%.4f bpb)", *rec.val_bpb) : " (bpb n/a)");
+      if (rec.hellaswag_acc)
+        evals += strfmt(" | hellaswag acc_norm %.4f acc %.4f (%d)", *rec.hellaswag_acc_norm, *rec.hellaswag_acc,
+                        rec.hellaswag_examples);
+      if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(), evals.c_str());
       else if (tty) std::printf("\r\033[K%s", line.c_str());
       std::fflush(stdout);
       metrics_.write(rec);

@@ -36,6 +36,7 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
     }
   }
   for (RunPath& p : model_source_inputs(cfg.init, "the init model")) in.push_back(std::move(p));
+  if (!cfg.hellaswag.empty()) in.push_back({"the hellaswag eval file", cfg.hellaswag});
   if (!cfg.tokenizer.empty() && cfg.tokenizer != "byte" && cfg.tokenizer != "gpt2")
     in.push_back({"the tokenizer", cfg.tokenizer});
   if (!cfg.gpt2_dir.empty()) {
