@@ -124,10 +124,11 @@ TEST_CASE("eval: HellaSwag on 1 and 3 ranks gives PyTorch's acc and acc_norm; va
   const nlohmann::json e = nlohmann::json::parse(slurp(fixture("hellaswag_tiny/expected.json")));
   const std::string model = hf(fixture("hf_gpt2_tiny/fp32"));
   const std::string file = quote(fixture("hellaswag_tiny/hellaswag_tiny.bin").string());
-  for (const char* ranks : {"1", "3"}) {
+  // 1 and 3 CPU ranks, and the simulated device (the GPU code path's copies, on the CPU).
+  for (const char* ranks : {"1", "3", "1 --device sim"}) {
     Result r = ok("eval --json --model " + model + " --hellaswag " + file + " --batch 4 --nproc-per-node " + ranks);
     const nlohmann::json j = nlohmann::json::parse(last_line(r.output));
-    CHECK(j["ranks"].get<int>() == std::stoi(ranks));
+    CHECK(j["ranks"].get<int>() == ranks[0] - '0');
     CHECK(j["hellaswag"]["examples"].get<int>() == 10);
     CHECK(j["hellaswag"]["acc"].get<double>() == e["acc"].get<double>());
     CHECK(j["hellaswag"]["acc_norm"].get<double>() == e["acc_norm"].get<double>());
