@@ -42,8 +42,8 @@ namespace rz {
 namespace {
 
 struct EvalArgs {
-  std::string model, val_data;
-  TrainConfig settings;  // rows of train's table: hellaswag, tokenizer, gpt2_dir, precision, device, threads, nproc
+  std::string model, val_data, hellaswag;
+  TrainConfig settings;  // rows of train's table: tokenizer, gpt2_dir, precision, device, threads, nproc_per_node
   size_t limit = 0;
   int batch = 16, seq = 0, batches = 0;
   bool json = false;
@@ -66,11 +66,14 @@ int run_eval(int argc, char** argv) {
       "Evaluate a model: HellaSwag acc / acc_norm in llm.c's completion style (--hellaswag: each\n"
       "ending scored by its loss given the context; acc takes the least summed loss, acc_norm the\n"
       "least mean loss) and the validation loss with its bits per byte (--val-data). llm.c reports\n"
-      "acc_norm 0.2955 (acc 0.2859) on hellaswag_val.bin for OpenAI's GPT-2 124M, which\n"
-      "`ringzero eval --model hf:DIR` of openai-community/gpt2 gives too (docs/train.md).",
+      "acc_norm 0.2955 (acc 0.2859) on hellaswag_val.bin for OpenAI's GPT-2 124M: with those weights\n"
+      "(hf:DIR of openai-community/gpt2) and that file this must print the same (not checked here, no\n"
+      "download being possible where it was built; docs/interop.md says what was).",
       "ringzero eval"};
   app.add_option("--model", a.model, std::string("the model: ") + kModelSourceHelp)->required();
-  add_setting_flags(app, a.settings, {"hellaswag"});
+  app.add_option("--hellaswag", a.hellaswag,
+                 "llm.c's eval file (hellaswag_val.bin; token ids of the model's tokenizer): each row (context + "
+                 "ending) must fit in the model's maxT");
   add_number(app, "--limit", a.limit, "score only the first N examples of --hellaswag (0: all)")->capture_default_str();
   app.add_option("--val-data", a.val_data, "validation shards (llm.c .bin files: a glob or comma list)");
   add_number(app, "--batch", a.batch, "rows per forward: HellaSwag endings, or validation sequences B")
@@ -83,8 +86,8 @@ int run_eval(int argc, char** argv) {
   app.add_flag("--json", a.json, "print the result as one JSON object");
   if (!parse_command_line(app, argc, argv)) return 0;
   const TrainConfig& s = a.settings;
-  RZ_CHECK(!s.hellaswag.empty() || !a.val_data.empty(), "eval: nothing to evaluate (give --hellaswag and/or --val-data)");
-  RZ_CHECK(app.count("--limit") == 0 || !s.hellaswag.empty(), "--limit: does nothing without --hellaswag");
+  RZ_CHECK(!a.hellaswag.empty() || !a.val_data.empty(), "eval: nothing to evaluate (give --hellaswag and/or --val-data)");
+  RZ_CHECK(app.count("--limit") == 0 || !a.hellaswag.empty(), "--limit: does nothing without --hellaswag");
   for (const char* flag : {"--seq", "--batches", "--tokenizer", "--gpt2-dir"})
     RZ_CHECK(app.count(flag) == 0 || !a.val_data.empty(), "%s: does nothing without --val-data", flag);
   RZ_CHECK(s.nproc_per_node == 1 || s.device.kind == DeviceKind::cpu,
@@ -104,9 +107,9 @@ int run_eval(int argc, char** argv) {
   const ModelSource source = parse_model_source(a.model);
   GPT2Config cfg = read_model_source_config(source);
   std::optional<EvalFile> hellaswag;
-  if (!s.hellaswag.empty()) {
-    hellaswag = read_eval_file(s.hellaswag);
-    check_eval_fits(*hellaswag, cfg, 0, s.hellaswag, "the model's maxT");
+  if (!a.hellaswag.empty()) {
+    hellaswag = read_eval_file(a.hellaswag);
+    check_eval_fits(*hellaswag, cfg, 0, a.hellaswag, "the model's maxT");
   }
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<DataLoader> val;
@@ -152,10 +155,10 @@ int run_eval(int argc, char** argv) {
     const std::vector<float> v = sum_over_ranks({static_cast<float>(c.examples), static_cast<float>(c.correct),
                                                  static_cast<float>(c.correct_norm)});
     const double n = v[0], acc = n > 0 ? v[1] / n : 0.0, acc_norm = n > 0 ? v[2] / n : 0.0;
-    out["hellaswag"] = {{"file", s.hellaswag}, {"examples", static_cast<int64_t>(v[0])}, {"acc", acc},
+    out["hellaswag"] = {{"file", a.hellaswag}, {"examples", static_cast<int64_t>(v[0])}, {"acc", acc},
                         {"acc_norm", acc_norm}};
     lines.push_back(strfmt("hellaswag %s: %lld examples: acc_norm %.4f, acc %.4f (llm.c's completion style)",
-                           s.hellaswag.c_str(), static_cast<long long>(v[0]), acc_norm, acc));
+                           a.hellaswag.c_str(), static_cast<long long>(v[0]), acc_norm, acc));
   }
   if (val) {
     const int batches = a.batches > 0 ? a.batches : static_cast<int>(val->batches_per_epoch());
