@@ -153,7 +153,8 @@ TEST_CASE("hf fixture: ringzero's logits are transformers' (fp32, fp16 sharded, 
     REQUIRE(cfg.vocab_size == 257);
     REQUIRE(cfg.padded_vocab_size == 320);
     // The padding rows V..Vp-1 of wte are zero.
-    const ParamTensor& wte = build_param_layout(cfg).find(ParamKind::wte);
+    const ParamLayout lay = build_param_layout(cfg);
+    const ParamTensor& wte = lay.find(ParamKind::wte);
     for (size_t i = size_t(cfg.vocab_size) * cfg.channels; i < wte.numel; ++i) REQUIRE(params[wte.offset + i] == 0.0f);
     GPT2 model(cfg, ModelOptions{Precision::fp32});
     model.set_params_f32(params.data());
