@@ -320,7 +320,7 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
   app.add_option("--config", a.precision.config, "--check-precision: the training config whose model and data give "
                  "the gradients")->capture_default_str();
   app.add_option("--data", a.precision.data, "--check-precision: training shards instead of the config's");
-  app.add_option("--init", a.precision.init, "--check-precision: take the gradients at this llm.c model file's weights");
+  app.add_option("--init", a.precision.init, std::string("--check-precision: take the gradients at this model's weights: ") + kModelSourceHelp);
   app.add_option("--ranks", a.precision.nranks, "--check-precision: rank counts N (repeatable; default 2 4 8 16 32 64)")
       ->check(CLI::Range(2, 256));
 }

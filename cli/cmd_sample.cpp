@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <utility>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "cli/command.h"
 #include "train/config.h"
 #include "train/generate.h"
+#include "train/model_source.h"
 
 namespace rz {
 namespace {
@@ -33,8 +33,7 @@ int run_sample(int argc, char** argv) {
       "logits divided by --temperature, restricted to the --top-k most likely (0 = all). Temperature 0\n"
       "is greedy. The prompt and the continuation are printed to stdout as they are produced.",
       "ringzero sample"};
-  app.add_option("--model", model_path,
-                 "llm.c model file, or a checkpoint directory holding model.bin")->required();
+  app.add_option("--model", model_path, std::string("the model: ") + kModelSourceHelp)->required();
   app.add_option("--tokenizer", tokenizer_spec, "byte, gpt2 (with --gpt2-dir) or a path to an llm.c tokenizer.bin")
       ->capture_default_str();
   add_setting_flags(app, settings, {"gpt2_dir"});
@@ -53,9 +52,9 @@ int run_sample(int argc, char** argv) {
   if (temperature == 0)  // greedy: every draw is the most likely token
     for (const char* flag : {"--top-k", "--seed"})
       RZ_CHECK(app.count(flag) == 0, "%s: does nothing with --temperature 0 (greedy decoding draws nothing)", flag);
-  struct stat st;
-  if (::stat(model_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) model_path += "/model.bin";
-  ModelFile mf = read_model_file(model_path);
+  const ModelSource source = parse_model_source(model_path);
+  ModelFile mf;
+  mf.params = read_model_source_params(source, &mf.cfg);
   auto tok = make_tokenizer(tokenizer_spec, settings.gpt2_dir);
   RZ_CHECK(tok->vocab_size() <= mf.cfg.vocab_size,
            "--tokenizer %s has %d tokens but the model %s only %d: they do not belong together",

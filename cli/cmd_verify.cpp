@@ -1,6 +1,6 @@
 // cli/cmd_verify.cpp: `ringzero verify`, llm.c's test_gpt2 as a subcommand.
 //
-// Loads an llm.c model file and a debug-state file (a batch with the reference's logits,
+// Loads a model (an llm.c model file, a checkpoint or hf:DIR) and a debug-state file (a batch with the reference's logits,
 // loss and gradients, e.g. from llm.c's train_gpt2.py), runs one forward and backward on
 // that batch and compares tensor by tensor. An element passes when
 // |ours - reference| <= atol + rtol * |reference|. The defaults are llm.c's CPU bars for
@@ -20,6 +20,7 @@
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
+#include "train/model_source.h"
 
 namespace rz {
 namespace {
@@ -62,7 +63,7 @@ int run_verify(int argc, char** argv) {
       "Default tolerances: fp32 logits 1e-2, loss 1e-2, gradients 2e-2, rtol 0 (llm.c's test_gpt2 bars);\n"
       "bf16 logits 0.25, loss 0.05, gradients 2e-2 with rtol 0.05.",
       "ringzero verify"};
-  app.add_option("--model", model_path, "llm.c model file (version 3 fp32 or 5 bf16)")->required();
+  app.add_option("--model", model_path, std::string("the model: ") + kModelSourceHelp)->required();
   app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
   add_setting_flags(app, settings, {"precision", "device"});
   add_number(app, "--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
@@ -78,12 +79,13 @@ int run_verify(int argc, char** argv) {
   if (grads_atol < 0) grads_atol = 2e-2;
   if (rtol < 0) rtol = bf ? 0.05 : 0.0;
 
-  ModelFile mf = read_model_file(model_path);
+  ModelFile mf;
+  mf.params = read_model_source_params(parse_model_source(model_path), &mf.cfg);
   const GPT2Config& cfg = mf.cfg;
   DebugState st = read_debug_state(state_path, cfg);
-  std::printf("verify: model %s (L=%d C=%d NH=%d V=%d maxT=%d, file %s), batch B=%d T=%d, compute %s\n",
+  std::printf("verify: model %s (L=%d C=%d NH=%d V=%d maxT=%d), batch B=%d T=%d, compute %s\n",
               model_path.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
-              cfg.max_seq_len, precision_name(mf.precision), st.B, st.T, precision_name(prec));
+              cfg.max_seq_len, st.B, st.T, precision_name(prec));
 
   ModelOptions mo;
   mo.precision = prec;

@@ -90,14 +90,15 @@ std::vector<PrecisionRow> check_reduction_precision(const PrecisionCheckArgs& a,
   if (!a.data.empty()) tc.data = a.data;
   RZ_CHECK(!tc.data.empty(), "check-precision: %s names no training data (give --data)", a.config.c_str());
   GPT2Config mc = config_model_shape(tc);
-  if (!a.init.empty()) mc = read_model_header(a.init).cfg;
+  const ModelSource init = parse_model_source(a.init);
+  if (!init.empty()) mc = read_model_source_config(init);
   finalize_config(mc);
   const int max_n = *std::max_element(a.nranks.begin(), a.nranks.end());
 
   // N_max backward passes of the bf16 model, one batch of rank r's data each.
   GPT2 model(mc, ModelOptions{Precision::bf16, Recompute::none});
   if (!a.init.empty())
-    read_model_file_chunks(a.init, [&](size_t begin, const float* p, size_t n) { model.set_params_f32(begin, n, p); });
+    read_model_source(init, [&](size_t begin, const float* p, size_t n) { model.set_params_f32(begin, n, p); });
   else model.init_random(tc.seed);
   const size_t P = model.layout().total;
   if (about != nullptr)

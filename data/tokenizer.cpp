@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -184,6 +185,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::st
   bool is_byte = tok->vocab_size() == byte->vocab_size() && tok->eot() == byte->eot();
   for (int i = 0; is_byte && i < byte->vocab_size(); ++i) is_byte = tok->decode_token(i) == byte->decode_token(i);
   return is_byte ? std::move(byte) : std::move(tok);
+}
+
+std::vector<int> token_byte_lengths(const Tokenizer& tok, int vocab_size) {
+  std::vector<int> out(static_cast<size_t>(std::max(vocab_size, 0)), 0);
+  const int n = std::min(vocab_size, tok.vocab_size());
+  for (int t = 0; t < n; ++t)
+    if (t != tok.eot()) out[static_cast<size_t>(t)] = static_cast<int>(tok.decode_token(t).size());
+  return out;
 }
 
 }  // namespace rz

@@ -31,6 +31,11 @@ class Tokenizer {
   }
 };
 
+// Each token id's length in bytes, as decode_token spells it, for ids [0, vocab_size) (a model's
+// vocabulary may be larger than the tokenizer's: those ids count 0). The end-of-text token
+// counts 0, as nanochat counts special tokens: bits per byte leaves such positions out.
+std::vector<int> token_byte_lengths(const Tokenizer& tok, int vocab_size);
+
 // byte: the 256 byte values plus an end-of-text token 256 (vocab 257).
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // gpt2: dir holds encoder.json and vocab.bpe.

@@ -536,6 +536,11 @@ void GPT2::backward(GradSink& sink, float loss_scale) {
     impl_->backward<bf16>(sink, loss_scale);
 }
 
+const std::vector<float>& GPT2::position_losses() const {
+  RZ_CHECK(impl_->have_targets, "position_losses: the last forward had no targets");
+  return impl_->host_losses;
+}
+
 void GPT2::logits_f32(std::vector<float>& out) const {
   RZ_CHECK(impl_->B > 0 && impl_->logits_valid,
            "logits_f32: no logits (run forward; backward overwrites them with their gradients)");

@@ -97,6 +97,10 @@ class GPT2 {
   // loss_scale / (B*T) per position: pass 1/grad_accum_steps when accumulating.
   void backward(GradSink& sink, float loss_scale = 1.0f);
 
+  // The per-position losses of the last forward with targets, (B*T) on the host (forward
+  // returns their mean); scoring (HellaSwag, bits per byte) reads them.
+  const std::vector<float>& position_losses() const;
+
   // Logits of the last forward as fp32 on the host: (B, T, Vp) row-major, padded columns included.
   void logits_f32(std::vector<float>& out) const;
 

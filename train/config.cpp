@@ -42,7 +42,7 @@ using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t 
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
                            PrecisionChoice TrainConfig::*, StrategyKind TrainConfig::*, DeviceSpec TrainConfig::*,
                            Recompute TrainConfig::*, Attention TrainConfig::*, Resume TrainConfig::*,
-                           CommBackend TrainConfig::*, CommTransport TrainConfig::*>;
+                           CommBackend TrainConfig::*, CommTransport TrainConfig::*, ModelSource TrainConfig::*>;
 
 // The keys held as a module's own type, each read and written by that module's one
 // parse/name pair (which also names the allowed values in its errors).
@@ -107,6 +107,12 @@ struct Named<CommTransport> {
     return or_list(std::vector<std::string>(std::begin(kProcessTransports), std::end(kProcessTransports)));
   }
 };
+template <>
+struct Named<ModelSource> {
+  static ModelSource parse(const std::string& s) { return parse_model_source(s); }
+  static std::string name(const ModelSource& v) { return model_source_name(v); }
+  static std::string allowed() { return ""; }  // the help line says it (kModelSourceHelp)
+};
 template <typename T>
 constexpr bool is_named_v = requires(const std::string& s) { Named<T>::parse(s); };
 
@@ -139,7 +145,7 @@ const Setting kSettings[] = {
   {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)"},
   {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)"},
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
-  {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
+  {"init", &TrainConfig::init, Allowed::any, "the model to start from instead of random init: an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) or hf:DIR (a Hugging Face GPT-2 directory)"},
   {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)"},
   {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
@@ -188,6 +194,8 @@ const Setting kSettings[] = {
   {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
   {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
   {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
+  {"hellaswag", &TrainConfig::hellaswag, Allowed::any, "llm.c eval file (hellaswag_val.bin, the tokenizer's ids) scored in llm.c's completion style: acc (least summed loss) and acc_norm (least mean loss) over each example's endings; rows must fit in seq (empty: none)"},
+  {"hellaswag_every", &TrainConfig::hellaswag_every, Allowed::non_negative, "score --hellaswag every n steps, and at the end, sharded over the ranks (0: never)"},
   {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)"},
   {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
   {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
@@ -542,6 +550,10 @@ void check_no_idle_keys(const TrainConfig& c) {
   idle(c.eval_every != d.eval_every, val, "eval_every", "val_data (validation shards to evaluate on)", {"val_data"});
   idle(c.eval_batches != d.eval_batches, val, "eval_batches", "val_data (validation shards to evaluate on)",
        {"val_data"});
+  idle(c.hellaswag_every != d.hellaswag_every, !c.hellaswag.empty(), "hellaswag_every",
+       "hellaswag (the eval file to score)", {"hellaswag"});
+  idle(!c.hellaswag.empty(), c.hellaswag_every > 0, "hellaswag", "hellaswag_every > 0 (it is never scored)",
+       {"hellaswag_every"});
   idle(c.trace_steps != d.trace_steps, !c.trace.empty(), "trace_steps", "trace (the file the timeline goes to)",
        {"trace"});
   const bool sampling = c.sample_every > 0;

@@ -24,6 +24,7 @@
 #include "base/device_spec.h"
 #include "comm/options.h"
 #include "model/config.h"
+#include "train/model_source.h"
 #include "zero/strategy_options.h"
 
 namespace CLI {
@@ -65,7 +66,7 @@ struct TrainConfig {
   int heads = 0;                  // NH; 0 keeps the preset's
   int vocab = 0;                  // V; 0 takes the tokenizer's (data dir's tokenizer.bin / --tokenizer), else the preset's
   int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
-  std::string init;               // llm.c checkpoint (.bin) to start from instead of random init
+  ModelSource init;               // a model to start from instead of random init (.bin, checkpoint dir, hf:DIR)
   PrecisionChoice precision_choice = PrecisionChoice::fp32;  // the key `precision`: fp32 | bf16 | auto (above)
   Precision precision() const { return resolve_precision(precision_choice, device); }  // what runs
   DeviceSpec device;              // cpu | cuda (rank r: GPU LOCAL_RANK mod the visible ones) | cuda:K | sim[:K] (tests)
@@ -127,6 +128,8 @@ struct TrainConfig {
   // --- evaluation, sampling, reporting
   int eval_every = 0;             // validation loss every n steps (and at the end); 0 = never
   int eval_batches = 4;           // (B, T) validation batches per rank per evaluation
+  std::string hellaswag;          // llm.c eval file (hellaswag_val.bin) scored every hellaswag_every steps; empty = none
+  int hellaswag_every = 0;        // HellaSwag acc / acc_norm every n steps (and at the end); 0 = never
   int sample_every = 0;           // rank 0 prints a text sample every m steps (and at the end); 0 = never
   int sample_tokens = 64;         // tokens per sample
   int sample_top_k = 0;           // 0 = greedy; k > 0 samples from the k most likely tokens

@@ -28,6 +28,7 @@
 #include "comm/factory.h"
 #include "comm/debug/flight_recorder.h"
 #include "comm/nccl/nccl_communicator.h"
+#include "data/eval_file.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -36,10 +37,13 @@
 #include "train/checkpoint.h"
 #include "train/flight.h"
 #include "train/generate.h"
+#include "train/hellaswag.h"
 #include "train/metrics.h"
+#include "train/model_source.h"
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
+#include "train/val_loss.h"
 #include "viz/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
@@ -109,7 +113,8 @@ class Trainer {
  private:
   void setup();
   void resume();
-  float eval_loss();
+  float eval_loss(std::optional<float>* bpb);
+  void eval_hellaswag(StepRecord& rec);
   void sample(int step);
   void check_save_dir();
   void warn_left(const std::vector<std::string>& left, const char* during);
@@ -144,6 +149,8 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   StrategyOptions sopts_;
   std::unique_ptr<DataLoader> train_, val_;
+  std::vector<int> token_bytes_;        // per token id its bytes, for val bits per byte (empty: no tokenizer)
+  std::optional<EvalFile> hellaswag_;   // --hellaswag
   std::vector<int> inputs_, targets_;  // (B, T)
   SampleRng rng_;
   int start_step_ = 0;
@@ -216,7 +223,8 @@ void Trainer::setup() {
     device_.index = cfg_.comm == CommBackend::nccl ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
   }
   if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
-  RZ_CHECK(cfg_.init.empty() || fs::exists(cfg_.init), "init: %s: no such file", cfg_.init.c_str());
+  RZ_CHECK(cfg_.init.kind != ModelSourceKind::llmc || fs::exists(cfg_.init.path), "init: %s: no such file",
+           cfg_.init.path.c_str());
 
   // Everything that reads user files comes before the rendezvous, so a bad path fails fast
   // on every rank instead of leaving the others waiting.
@@ -224,18 +232,17 @@ void Trainer::setup() {
   RZ_CHECK(tok_ != nullptr || cfg_.sample_every == 0,
            "sample_every: does nothing without a tokenizer to decode the samples (give --tokenizer, or the "
            "tokenizer.bin `ringzero prepare` writes beside the shards)");
-  std::optional<ModelFile> init;
-  if (!cfg_.init.empty()) {
-    init = read_model_header(cfg_.init);  // the parameters are streamed in below
-    mcfg_ = init->cfg;
+  const bool init = !cfg_.init.empty();
+  if (init) {
+    mcfg_ = read_model_source_config(cfg_.init);  // the parameters are streamed in below
     // The file's shape is the model's; an explicit shape key that disagrees is a mistake.
     for (auto [key, want, have] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
                                    {"channels", cfg_.channels, mcfg_.channels},
                                    {"heads", cfg_.heads, mcfg_.num_heads},
                                    {"vocab", cfg_.vocab, mcfg_.vocab_size},
                                    {"max_seq", cfg_.max_seq, mcfg_.max_seq_len}})
-      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want, cfg_.init.c_str(),
-               have);
+      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want,
+               cfg_.init.spec.c_str(), have);
   } else {
     mcfg_ = resolve_model_config(cfg_, tok_.get());
   }
@@ -243,6 +250,11 @@ void Trainer::setup() {
            mcfg_.max_seq_len);
   RZ_CHECK(tok_ == nullptr || tok_->vocab_size() <= mcfg_.vocab_size,
            "vocab: the model's V=%d is smaller than the tokenizer's %d", mcfg_.vocab_size, tok_->vocab_size());
+  if (tok_ != nullptr) token_bytes_ = token_byte_lengths(*tok_, mcfg_.vocab_size);
+  if (!cfg_.hellaswag.empty()) {  // rows within the run's T, as llm.c's EvalLoader wants them
+    hellaswag_ = read_eval_file(cfg_.hellaswag);
+    check_eval_fits(*hellaswag_, mcfg_, cfg_.seq, cfg_.hellaswag, "seq");
+  }
   check_prepared_dir(data_dir_of(cfg_.data));  // not a mix of two `prepare` runs
   if (!cfg_.val_data.empty()) check_prepared_dir(data_dir_of(cfg_.val_data));
   train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
@@ -280,8 +292,7 @@ void Trainer::setup() {
   shared_params_ = mopts.shared_params;
   model_ = std::make_unique<GPT2>(mcfg_, mopts);
   if (init)
-    read_model_file_chunks(cfg_.init,
-                           [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
+    read_model_source(cfg_.init, [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
   else model_->init_random(cfg_.seed);
   sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
@@ -401,14 +412,38 @@ void Trainer::resume() {
                 ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
 }
 
-float Trainer::eval_loss() {
+// The validation loss, and (where the tokenizer gives token bytes) its bits per byte in *bpb.
+float Trainer::eval_loss(std::optional<float>* bpb) {
   val_->reset();
-  double sum = 0;
-  for (int i = 0; i < cfg_.eval_batches; ++i) {
-    val_->next_batch(inputs_.data(), targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
+  const ValSums s = sum_val_batches(*model_, *val_, cfg_.batch, cfg_.seq, cfg_.eval_batches,
+                                    token_bytes_.empty() ? nullptr : &token_bytes_, inputs_, targets_);
+  const float loss = all_reduce_mean(static_cast<float>(s.loss_sum / cfg_.eval_batches), "val loss");
+  if (!token_bytes_.empty()) {
+    float nb[2] = {static_cast<float>(s.nats), static_cast<float>(s.bytes)};
+    CommPurpose purpose("val bits per byte");
+    host_comm_->all_reduce(nb, 2, ReduceOp::sum);
+    if (const auto b = bits_per_byte(nb[0], nb[1])) *bpb = static_cast<float>(*b);
   }
-  return all_reduce_mean(static_cast<float>(sum / cfg_.eval_batches), "val loss");
+  return loss;
+}
+
+// Collective: every rank scores its share of the examples (r, r + N, ...), the counts are
+// summed over the ranks.
+void Trainer::eval_hellaswag(StepRecord& rec) {
+  ChoiceEvalOptions o;
+  o.rank = rank_;
+  o.world = world_;
+  o.rows = cfg_.batch;
+  o.max_row = cfg_.seq;
+  o.collective_forward = strategy_traits(cfg_.strategy).forward_needs_collectives;
+  const ChoiceCounts c = score_choices(*model_, *hellaswag_, o);
+  float v[3] = {static_cast<float>(c.examples), static_cast<float>(c.correct), static_cast<float>(c.correct_norm)};
+  CommPurpose purpose("hellaswag counts");
+  host_comm_->all_reduce(v, 3, ReduceOp::sum);
+  rec.hellaswag_examples = static_cast<int>(v[0]);
+  const double n = v[0];
+  rec.hellaswag_acc = n > 0 ? v[1] / n : 0.0;
+  rec.hellaswag_acc_norm = n > 0 ? v[2] / n : 0.0;
 }
 
 void Trainer::sample(int step) {
@@ -617,6 +652,9 @@ int Trainer::run() {
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
       std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
+    if (val_ && cfg_.eval_every > 0 && token_bytes_.empty())
+      std::printf("val bits per byte: n/a (no tokenizer to count the tokens' bytes: give --tokenizer, or prepare's "
+                  "tokenizer.bin beside the shards)\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
   }
@@ -710,15 +748,25 @@ int Trainer::run() {
     const bool last = s + 1 == cfg_.steps;
     if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
       RZ_TRACE_SCOPE("eval");
-      rec.val_loss = eval_loss();
+      rec.val_loss = eval_loss(&rec.val_bpb);
+    }
+    if (hellaswag_ && cfg_.hellaswag_every > 0 && ((s + 1) % cfg_.hellaswag_every == 0 || last)) {
+      RZ_TRACE_SCOPE("hellaswag");
+      eval_hellaswag(rec);
     }
     if (rank0()) {
       ++steps_timed;
       const double eta = seconds_since(run_start) / steps_timed * (cfg_.steps - s - 1);
       const std::string line = format_progress(rec, eta, end.peak_mib);
-      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.skipped || rec.spike;
-      if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(),
-                            rec.val_loss ? strfmt(" | val %.4f", *rec.val_loss).c_str() : "");
+      const bool keep = (s + 1) % log_every == 0 || s == start_step_ || last || rec.val_loss || rec.hellaswag_acc ||
+                        rec.skipped || rec.spike;
+      std::string evals;
+      if (rec.val_loss)
+        evals += strfmt(" | val %.4f", *rec.val_loss) + (rec.val_bpb ? strfmt(" (%.4f bpb)", *rec.val_bpb) : " (bpb n/a)");
+      if (rec.hellaswag_acc)
+        evals += strfmt(" | hellaswag acc_norm %.4f acc %.4f (%d)", *rec.hellaswag_acc_norm, *rec.hellaswag_acc,
+                        rec.hellaswag_examples);
+      if (keep) std::printf("%s%s%s\n", tty ? "\r\033[K" : "", line.c_str(), evals.c_str());
       else if (tty) std::printf("\r\033[K%s", line.c_str());
       std::fflush(stdout);
       metrics_.write(rec);

@@ -58,6 +58,12 @@ std::string metrics_json_line(const StepRecord& r) {
   auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
   j["loss"] = num(r.loss);
   if (r.val_loss) j["val_loss"] = num(*r.val_loss);
+  if (r.val_bpb) j["val_bpb"] = num(*r.val_bpb);
+  if (r.hellaswag_acc) {
+    j["hellaswag_acc"] = *r.hellaswag_acc;
+    j["hellaswag_acc_norm"] = r.hellaswag_acc_norm.value_or(0.0);
+    j["hellaswag_examples"] = r.hellaswag_examples;
+  }
   j["lr"] = r.lr;
   j["grad_norm"] = num(r.grad_norm);
   j["tokens"] = r.tokens;

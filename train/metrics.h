@@ -16,6 +16,9 @@ struct StepRecord {
   int steps = 0;                   // total steps of the run
   float loss = 0.0f;               // mean training loss over the step's micro-batches, averaged over ranks
   std::optional<float> val_loss;   // when measured after this step
+  std::optional<float> val_bpb;    // with val_loss, where the tokenizer gives each token's bytes (bits per byte)
+  std::optional<double> hellaswag_acc, hellaswag_acc_norm;  // when measured after this step (--hellaswag)
+  int hellaswag_examples = 0;      // examples scored, all ranks
   double lr = 0.0;
   float grad_norm = 0.0f;
   double tokens_per_s = 0.0;       // all ranks together

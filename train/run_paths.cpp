@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "data/loader.h"
 #include "train/checkpoint.h"
+#include "train/model_source.h"
 
 namespace fs = std::filesystem;
 
@@ -34,7 +35,8 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
       }
     }
   }
-  if (!cfg.init.empty()) in.push_back({"the init model", cfg.init});
+  for (RunPath& p : model_source_inputs(cfg.init, "the init model")) in.push_back(std::move(p));
+  if (!cfg.hellaswag.empty()) in.push_back({"the hellaswag eval file", cfg.hellaswag});
   if (!cfg.tokenizer.empty() && cfg.tokenizer != "byte" && cfg.tokenizer != "gpt2")
     in.push_back({"the tokenizer", cfg.tokenizer});
   if (!cfg.gpt2_dir.empty()) {

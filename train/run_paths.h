@@ -11,7 +11,7 @@
 namespace rz {
 
 // The files a run reads: the config file, every train and validation shard with the
-// meta.json and tokenizer.bin `prepare` wrote beside them, --init, a tokenizer.bin given by
+// meta.json and tokenizer.bin `prepare` wrote beside them, --init (its files), --hellaswag, a tokenizer.bin given by
 // path, and --gpt2-dir with its encoder.json and vocab.bpe. A data pattern that matches
 // nothing adds nothing (the loader names it later).
 std::vector<RunPath> train_inputs(const TrainConfig& cfg);

@@ -1,0 +1,82 @@
+// cli/cmd_export.cpp: `ringzero export`, a model from one format into another.
+//
+//   --model SRC   an llm.c .bin, a checkpoint directory or hf:DIR (train/model_source.h)
+//   --to DEST     hf:DIR (config.json + model.safetensors that transformers'
+//                 GPT2LMHeadModel.from_pretrained loads) or a path: an llm.c model file
+// The weights go through fp32 in ringzero's layout (one full copy in memory: 4 bytes per
+// parameter), and out in --dtype. Outputs never replace an input or a non-regular file, and an
+// existing output (a non-empty directory, a file) is replaced only with --overwrite; each file
+// is written to a temporary name, fsync'd and renamed (base/file.h).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "base/file.h"
+#include "cli/cli_number.h"
+#include "cli/command.h"
+#include "model/hf_gpt2.h"
+#include "model/layout.h"
+#include "model/llmc_file.h"
+#include "train/model_source.h"
+
+namespace fs = std::filesystem;
+
+namespace rz {
+namespace {
+
+int run_export(int argc, char** argv) {
+  std::string model, to, dtype_name = "fp32";
+  bool overwrite = false;
+  CLI::App app{
+      "Convert a model: read --model, write --to. hf:DIR writes a Hugging Face GPT-2 directory\n"
+      "(config.json + model.safetensors, transformer.* names, Conv1D weights, no lm_head: tied to\n"
+      "wte; the vocabulary's padding rows dropped), which transformers' GPT2LMHeadModel.from_pretrained\n"
+      "loads; any other path writes an llm.c model file (version 3 fp32, 5 bf16).",
+      "ringzero export"};
+  app.add_option("--model", model, std::string("the model to read: ") + kModelSourceHelp)->required();
+  app.add_option("--to", to, "hf:DIR (a Hugging Face GPT-2 directory) or PATH (an llm.c model .bin)")->required();
+  app.add_option("--dtype", dtype_name, "the written weights' dtype: fp32 or bf16 (rounded to nearest even)")
+      ->capture_default_str();
+  app.add_flag("--overwrite", overwrite,
+               "replace an existing output: an llm.c file, or a non-empty hf: directory's model files (config.json, "
+               "model.safetensors, a sharded index and its shards; other files stay)");
+  if (!parse_command_line(app, argc, argv)) return 0;
+  RZ_CHECK(dtype_name == "fp32" || dtype_name == "bf16", "--dtype: expected fp32 or bf16, found '%s'", dtype_name.c_str());
+  const Precision dtype = parse_precision(dtype_name);
+  const ModelSource src = parse_model_source(model);
+  const bool hf = to.rfind("hf:", 0) == 0;
+  const std::string out = hf ? to.substr(3) : to;
+  RZ_CHECK(!out.empty(), "--to: expected hf:DIR or a file path, found '%s'", to.c_str());
+
+  // Nothing is read or written before the outputs are known not to replace an input.
+  std::vector<RunPath> files, dirs;
+  if (hf) {
+    dirs.push_back({"--to", out});
+    files.push_back({"--to", (fs::path(out) / "config.json").string()});
+    files.push_back({"--to", (fs::path(out) / "model.safetensors").string()});
+  } else {
+    files.push_back({"--to", out});
+    RZ_CHECK(overwrite || !fs::exists(fs::symlink_status(out)) || is_dev_null(out),
+             "--to: %s exists (--overwrite replaces it)", out.c_str());
+  }
+  check_run_outputs(files, dirs, model_source_inputs(src, "the --model"));
+
+  GPT2Config cfg;
+  const std::vector<float> params = read_model_source_params(src, &cfg);
+  if (hf) write_hf_gpt2(out, cfg, dtype, params.data(), overwrite);
+  else write_model_file(out, cfg, dtype, params.data());
+  std::printf("exported %s (L%d C%d NH%d V%d maxT%d, %zu parameters) to %s (%s, %s)\n", model.c_str(), cfg.num_layers,
+              cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, num_parameters(cfg), to.c_str(),
+              hf ? "config.json + model.safetensors" : "llm.c model file", precision_name(dtype));
+  return 0;
+}
+
+const RegisterCommand kRegister{Command{"export", "convert a model: llm.c .bin, checkpoint or hf:DIR to hf:DIR or .bin",
+                                        run_export, 62}};
+
+}  // namespace
+}  // namespace rz
