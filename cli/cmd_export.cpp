@@ -18,6 +18,7 @@
 #include "base/file.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
+#include "data/output_paths.h"
 #include "model/hf_gpt2.h"
 #include "model/layout.h"
 #include "model/llmc_file.h"
@@ -63,7 +64,9 @@ int run_export(int argc, char** argv) {
     RZ_CHECK(overwrite || !fs::exists(fs::symlink_status(out)) || is_dev_null(out),
              "--to: %s exists (--overwrite replaces it)", out.c_str());
   }
-  check_run_outputs(files, dirs, model_source_inputs(src, "the --model"));
+  // The one output check every subcommand uses (data/output_paths.h): besides base/file.h's
+  // rules, an export never lands inside a prepared data directory.
+  check_outputs(CommandPaths{files, dirs, {}, model_source_inputs(src, "the --model"), {}});
 
   GPT2Config cfg;
   const std::vector<float> params = read_model_source_params(src, &cfg);

@@ -16,7 +16,7 @@
 //   - a path holding a NUL (the system would cut it short and write elsewhere).
 // Every command's outputs go through it: train (--metrics, --memory-report, --trace,
 // --save-dir, --flight-dir), bench-strategies --trace, plot --out and its script,
-// prepare --out, comm-bench --flight-dir. A new output is one more line in its command's
+// prepare --out, comm-bench --flight-dir, export --to. A new output is one more line in its command's
 // CommandPaths.
 #pragma once
 
