@@ -191,6 +191,7 @@ const Setting kSettings[] = {
   {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
   {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
   {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)"},
+  {"tensorboard", &TrainConfig::tensorboard, Allowed::any, "directory for a TensorBoard event file of this run: every value the metrics JSONL records, per step (tag = its key), and each rank's peak memory; flushed at each eval (empty: none)"},
   {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)"},
   {"trace", &TrainConfig::trace, Allowed::any, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)"},
   {"trace_steps", &TrainConfig::trace_steps, Allowed::any, "steps A:B (1-based, inclusive) the --trace timeline covers"},

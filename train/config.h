@@ -131,6 +131,7 @@ struct TrainConfig {
   int sample_tokens = 64;         // tokens per sample
   int sample_top_k = 0;           // 0 = greedy; k > 0 samples from the k most likely tokens
   std::string metrics;            // JSONL file, one object per step; empty = none
+  std::string tensorboard;        // directory for a TensorBoard event file (rank 0); empty = none
   std::string memory_report;      // JSON file for the per-rank memory report after step 1; empty = none
   std::string trace;              // Chrome trace-event JSON timeline of --trace-steps (rank 0 writes it); empty = none
   std::string trace_steps = "2:4"; // A:B, the 1-based steps the trace covers

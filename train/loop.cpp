@@ -39,6 +39,7 @@
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
+#include "train/tensorboard.h"
 #include "viz/timeline.h"
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
@@ -152,6 +153,8 @@ class Trainer {
   std::string save_error_;             // why the last save failed
   int stop_sig_ = 0, stop_hit_ = 0;    // stop_agreed: the signal the ranks stop on, how many it reached
   MetricsWriter metrics_;
+  TensorBoardWriter tensorboard_;  // --tensorboard (rank 0)
+  double tensorboard_flushed_ = 0;  // run seconds at its last flush
   std::unique_ptr<TraceWindow> timeline_;  // --trace
   // The loss-spike guard (--spike-zscore; train/spike_guard.h) and the skip bound it shares
   // with --skip-nonfinite (max_consecutive_skips).
@@ -617,6 +620,12 @@ int Trainer::run() {
       std::printf("parameters in shared memory: the peers read their AllGather in place (docs/comm.md, direct reads)\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
+    if (!cfg_.tensorboard.empty()) {
+      tensorboard_.open(cfg_.tensorboard, resumed_ ? start_step_ : -1);
+      std::printf("tensorboard: %s (watch with: tensorboard --logdir %s)\n", tensorboard_.path().c_str(),
+                  cfg_.tensorboard.c_str());
+      std::fflush(stdout);
+    }
   }
   const LrSchedule sched{cfg_.lr, cfg_.warmup, cfg_.steps, cfg_.lr_floor};
   const bool tty = rank0() && isatty(STDOUT_FILENO);
@@ -720,6 +729,16 @@ int Trainer::run() {
       else if (tty) std::printf("\r\033[K%s", line.c_str());
       std::fflush(stdout);
       metrics_.write(rec);
+      if (tensorboard_.is_open()) {
+        tensorboard_.record(metrics_json_line(rec));
+        for (size_t r = 0; r < end.peak_mib.size(); ++r)
+          tensorboard_.scalar(strfmt("mem_peak_mib/rank%zu", r), rec.step, end.peak_mib[r]);
+        // Out at each eval (a live TensorBoard follows the run), at the end, and every 30 s.
+        if (rec.val_loss || last || seconds_since(run_start) - tensorboard_flushed_ >= 30) {
+          tensorboard_.flush();
+          tensorboard_flushed_ = seconds_since(run_start);
+        }
+      }
     }
     if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
     if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {

@@ -17,8 +17,9 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg);
 
 // Before any work (the launcher and every rank): refuses metrics, memory_report or trace
 // over an input or over anything but a regular file (/dev/null discards), two outputs that
-// are one file, and a save_dir that is not a directory, lies inside an input directory or
-// holds an input (an --init model inside save_dir would be pruned with the checkpoints).
+// are one file, and a save_dir or tensorboard directory that is not a directory, lies
+// inside an input directory or holds an input (an --init model inside save_dir would be
+// pruned with the checkpoints), or lies inside a checkpoint directory.
 void check_train_paths(const TrainConfig& cfg);
 
 }  // namespace rz
