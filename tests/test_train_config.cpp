@@ -75,6 +75,13 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   const std::string table = format_config_table(cfg);
   CHECK(table.find("strategy") != std::string::npos);
   CHECK(table.find("zero1") != std::string::npos);
+  // A resolved automatic value replaces the key's 0 in its row.
+  const std::string resolved = format_config_table(cfg, {{"vocab", "257 (from the tokenizer)"}});
+  const size_t row = resolved.find("\nvocab ");
+  REQUIRE(row != std::string::npos);
+  CHECK(resolved.substr(row + 1, resolved.find('\n', row + 1) - row - 1).find("257 (from the tokenizer)") !=
+        std::string::npos);
+  CHECK(table.find("257 (from the tokenizer)") == std::string::npos);
   // Every key of the table has a flag and a text round trip.
   for (const auto& k : config_keys()) {
     TrainConfig c2;

@@ -580,7 +580,7 @@ void validate_config(const TrainConfig& c) {
   check_no_idle_keys(c);
 }
 
-std::string format_config_table(const TrainConfig& cfg) {
+std::string format_config_table(const TrainConfig& cfg, const std::map<std::string, std::string>& resolved) {
   size_t w = 0;
   for (const auto& k : kSettings) w = std::max(w, std::string(k.name).size());
   std::string out = strfmt("%-*s  %s\n", static_cast<int>(w), "key", "value");
@@ -591,6 +591,7 @@ std::string format_config_table(const TrainConfig& cfg) {
       std::string why;
       v = std::string(precision_name(resolve_precision(cfg.precision_choice, cfg.device, &why))) + " (" + why + ")";
     }
+    if (const auto it = resolved.find(k.name); it != resolved.end()) v = it->second;
     out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, v.c_str());
   }
   return out;
