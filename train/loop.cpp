@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,6 +33,7 @@
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/config_resolved.h"
 #include "train/flight.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -122,7 +122,7 @@ class Trainer {
   void count_skips(StepRecord& rec);
   int stop_after(int step);
   void memory_report();
-  std::map<std::string, std::string> resolved_settings() const;
+  RunFacts run_facts() const;
   bool rank0() const { return rank_ == 0; }
   // The loss and the votes are host values: host_comm_ stages them through the device
   // where the communicator takes device buffers only (nccl).
@@ -608,42 +608,21 @@ void Trainer::count_skips(StepRecord& rec) {
   rec.skips_total = skips_total_;
 }
 
-// What the keys left automatic (0, empty or auto) became in this run, for the printed
-// table: the value and where it came from.
-std::map<std::string, std::string> Trainer::resolved_settings() const {
-  std::map<std::string, std::string> r;
-  const char* shape_from = !cfg_.init.empty() ? "from the --init model" : "the preset's";
-  for (auto [key, given, value] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
-                                   {"channels", cfg_.channels, mcfg_.channels},
-                                   {"heads", cfg_.heads, mcfg_.num_heads},
-                                   {"max_seq", cfg_.max_seq, mcfg_.max_seq_len}})
-    if (given == 0) r[key] = strfmt("%d (%s)", value, shape_from);
-  if (cfg_.vocab == 0) {
-    const char* from = !cfg_.init.empty()         ? "from the --init model"
-                       : tok_ == nullptr          ? "the preset's"
-                       : cfg_.tokenizer.empty()   ? "from the data's tokenizer.bin"
-                                                  : "from the tokenizer";
-    r["vocab"] = strfmt("%d (%s)", mcfg_.vocab_size, from);
-  }
-  if (cfg_.tokenizer.empty())
-    r["tokenizer"] = tok_ != nullptr ? (fs::path(data_dir_of(cfg_.data)) / "tokenizer.bin").string() + " (beside the data)"
-                                     : std::string("- (no tokenizer.bin beside the data)");
-  if (cfg_.threads == 0)
-    r["threads"] = strfmt("%d (auto: %s)", omp_get_max_threads(),
-                          std::getenv("OMP_NUM_THREADS") ? "OMP_NUM_THREADS" : "OpenMP's default");
-  if (cfg_.total_batch_tokens == 0)
-    r["total_batch_tokens"] = strfmt("%lld (B*T*ranks = %d*%d*%d, no accumulation)",
-                                     static_cast<long long>(cfg_.batch) * cfg_.seq * world_, cfg_.batch, cfg_.seq, world_);
-  if (cfg_.device.kind != DeviceKind::cpu && !cfg_.device.has_index())
-    r["device"] = device_name(device_) + " (rank 0's: LOCAL_RANK mod the visible devices)";
-  if (cfg_.master_port == 0)
-    r["master_port"] = world_ > 1 ? strfmt("%d (picked free)", env_.master_port) : std::string("- (one rank, no rendezvous)");
-  if (cfg_.comm == CommBackend::ring && cfg_.transport == CommTransport::automatic)
-    r["transport"] = comm_->transport_name() + " (auto)";
-  if (cfg_.grad_reduce_dtype == "auto")
-    r["grad_reduce_dtype"] = strfmt("%s (auto: the precision's)", precision_name(precision_));
-  if (cfg_.flight_dir.empty() && cfg_.flight_entries > 0) r["flight_dir"] = resolve_flight_dir(cfg_) + " (auto)";
-  return r;
+// The facts the automatic keys resolved to (train/config_resolved.h), for the printed table.
+RunFacts Trainer::run_facts() const {
+  RunFacts f;
+  f.model = mcfg_;
+  f.have_tokenizer = tok_ != nullptr;
+  if (cfg_.tokenizer.empty() && tok_) f.tokenizer_beside = (fs::path(data_dir_of(cfg_.data)) / "tokenizer.bin").string();
+  f.omp_threads = omp_get_max_threads();
+  f.omp_env = std::getenv("OMP_NUM_THREADS") != nullptr;
+  f.world = world_;
+  f.master_port = env_.master_port;
+  f.transport = comm_->transport_name();
+  f.precision = precision_;
+  f.device = device_;
+  f.flight_dir = resolve_flight_dir(cfg_);
+  return f;
 }
 
 int Trainer::run() {
@@ -653,7 +632,7 @@ int Trainer::run() {
     std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
                 world_, strategy_name(cfg_.strategy), comm_->transport_name().c_str(), model_->layout().total,
                 mcfg_.num_layers, mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
-    std::printf("%s", format_config_table(cfg_, resolved_settings()).c_str());
+    std::printf("%s", format_config_table(cfg_, resolved_settings(cfg_, run_facts())).c_str());
     std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
