@@ -31,7 +31,10 @@ int run_sample(int argc, char** argv) {
       "Generate text from a model: encode --prompt (an empty prompt starts from the end-of-text\n"
       "token), then draw --tokens tokens one at a time, each from the softmax of the last position's\n"
       "logits divided by --temperature, restricted to the --top-k most likely (0 = all). Temperature 0\n"
-      "is greedy. The prompt and the continuation are printed to stdout as they are produced.",
+      "is greedy. The prompt and the continuation are printed to stdout as they are produced.\n"
+      "A KV cache keeps each layer's keys and values: the prompt is one forward and each new token\n"
+      "one position's forward, while the context fits --window. GPT-2's positions are absolute, so\n"
+      "past the window the cache no longer applies and every token recomputes the whole window.",
       "ringzero sample"};
   app.add_option("--model", model_path, std::string("the model: ") + kModelSourceHelp)->required();
   app.add_option("--tokenizer", tokenizer_spec, "byte, gpt2 (with --gpt2-dir) or a path to an llm.c tokenizer.bin")
@@ -43,7 +46,8 @@ int run_sample(int argc, char** argv) {
   add_number(app, "--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   add_setting_flags(app, settings, {"seed"});
   add_number(app, "--window", window,
-                 "context of each forward, in tokens (0: the model's maxT); use the seq it was trained at")
+                 "context in tokens (0: the model's maxT; the KV cache serves the first this many); use the seq it "
+             "was trained at")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_setting_flags(app, settings, {"precision", "device"});
   if (!parse_command_line(app, argc, argv)) return 0;

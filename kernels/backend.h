@@ -117,6 +117,17 @@ class Ops {
                                         const float* lse,  // (B, NH, T)
                                         int B, int T, int C, int NH) = 0;
 
+  // Sampling with a KV cache (no backward; kernels/cpu/attention_kv.h says why K and V
+  // have caches of their own): Tq new positions of each sequence attend to the cache.
+  // Query i sits at position pos + i and sees cache rows 0 .. pos + i, already written
+  // (the model's k and v matmuls write them). Query head h reads kv head h / (NH / NKV);
+  // GPT-2 has NKV = NH. Tc: the cache's rows per sequence. out is assigned.
+  virtual void attention_forward_kv(E* out,            // (B, Tq, NH*hs)
+                                    const E* q,        // (B, Tq, NH*hs)
+                                    const E* k_cache,  // (B, Tc, NKV*hs)
+                                    const E* v_cache,  // (B, Tc, NKV*hs)
+                                    int B, int Tq, int pos, int Tc, int NH, int NKV, int hs) = 0;
+
   // GELU, tanh approximation. out may alias inp; dinp is assigned and may alias dout.
   virtual void gelu_forward(E* out, const E* inp, size_t n) = 0;
   virtual void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) = 0;

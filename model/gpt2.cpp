@@ -23,6 +23,10 @@
 // d(input) after ln1's. Each tensor's gradient storage comes from sink.grad_ptr, and the
 // sink hears grads_ready right after each op that finishes a (weight, bias) pair: lnf,
 // then per layer fcproj, fc, ln2, attproj, qkv, ln1, then wpe+wte (model/layout.h).
+// Sampling's forward_cached runs the same blocks over the new positions only, with one
+// difference inside attention: k and v come from a per-layer cache (kv below) that the
+// k and v matmuls write the new rows of (kernels/cpu/attention_kv.h says why K and V are
+// caches of their own rather than qkv rows).
 #include "model/gpt2.h"
 
 #include <algorithm>
@@ -165,6 +169,11 @@ struct GPT2::Impl {
   int capB = 0, capT = 0;        // activation capacity
   int B = 0, T = 0;              // shape of the last forward
   bool have_targets = false, logits_valid = false;
+  int logit_rows = 0;            // rows of logits the last forward left: B*T, or 1 (forward_cached)
+  // The KV cache (forward_cached): per layer l, K then V, (kv_rows, C) each, on the device.
+  Buffer<unsigned char> kv;
+  int kv_rows = 0;    // positions it has room for (0: none reserved)
+  int kv_filled = 0;  // positions 0 .. kv_filled - 1 hold the current sequence's k and v
   std::vector<int> host_inputs;  // (B*T) the last forward's token ids, on the host for encoder_backward
   std::vector<float> host_losses;  // (N) the last forward's losses, copied to the host
 
@@ -204,10 +213,26 @@ struct GPT2::Impl {
     RZ_CHECK(p != nullptr, "GradSink returned no storage for %s", t.name.c_str());
     return static_cast<E*>(p);
   }
+  // Grows the activations to hold a forward of (B_, T_).
+  void ensure_acts(int B_, int T_) {
+    if (size_t(B_) * T_ > size_t(capB) * capT || T_ > capT || B_ > capB) {
+      capB = std::max(capB, B_);
+      capT = std::max(capT, T_);
+      acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT), opts.device);
+    }
+  }
+  // Layer l's K (part 0) or V (part 1) cache, (kv_rows, C).
+  template <typename E>
+  E* kv_cache(int l, int part) {
+    return reinterpret_cast<E*>(kv.data()) + (size_t(2) * l + part) * kv_rows * cfg.channels;
+  }
   template <typename E>
   float forward(const int* in, const int* tg, int B_, int T_);
   template <typename E>
-  void block_forward(Acts<E>& a, int l, bool with_output);
+  void forward_cached(const int* in, int n, int pos);
+  // kv_pos >= 0: the cached forward of positions kv_pos .. kv_pos + T - 1 (B = 1).
+  template <typename E>
+  void block_forward(Acts<E>& a, int l, bool with_output, int kv_pos = -1);
   template <typename E>
   void backward(GradSink& sink, float loss_scale);
 };
@@ -226,15 +251,13 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
     RZ_CHECK(!tg || (tg[i] >= 0 && tg[i] < V),
              "forward: target token %d at position %zu is outside [0, %d)", tg[i], i, V);
   }
-  if (size_t(B_) * T_ > size_t(capB) * capT || T_ > capT || B_ > capB) {
-    capB = std::max(capB, B_);
-    capT = std::max(capT, T_);
-    acts.allocate(MemTag::activations, plan_bytes(cfg, opts, capB, capT), opts.device);
-  }
+  ensure_acts(B_, T_);
   RZ_CHECK(gate || !params.empty(), "forward: the model has no parameters (its ZeRO-3 gate was detached)");
   B = B_;
   T = T_;
   have_targets = tg != nullptr;
+  logit_rows = int(N);
+  kv_filled = 0;  // training goes on: the parameters the cache was made with are about to change
   Acts<E> a = views<E>();
   Backend& be = *backend;
   Ops<E>& op = be.ops<E>();
@@ -271,11 +294,57 @@ float GPT2::Impl::forward(const int* in, const int* tg, int B_, int T_) {
   return float(sum / double(N));
 }
 
+// The forward of forward_cached (gpt2.h): B = 1, T = n positions starting at pos. The
+// encoder reads wpe from row pos; every block writes its k and v into the cache and
+// attends to it (block_forward's kv_pos); only the last position goes through lnf and the
+// classifier, the one row sampling draws from. ZeRO-3's units are acquired in forward's
+// order, so every rank that samples makes the same collectives.
+template <typename E>
+void GPT2::Impl::forward_cached(const int* in, int n, int pos) {
+  const int L = cfg.num_layers, C = cfg.channels, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  RZ_CHECK(kv_rows > 0, "forward_cached: no KV cache (reserve_kv_cache first)");
+  RZ_CHECK(n >= 1 && pos >= 0 && pos <= kv_filled && n <= kv_rows - pos,
+           "forward_cached: positions %d .. %d, but the cache holds %d of room for %d", pos, pos + n - 1, kv_filled,
+           kv_rows);
+  for (int i = 0; i < n; ++i)
+    RZ_CHECK(in[i] >= 0 && in[i] < V, "forward_cached: input token %d at position %d is outside [0, %d)", in[i],
+             pos + i, V);
+  ensure_acts(1, n);
+  RZ_CHECK(gate || !params.empty(), "forward_cached: the model has no parameters (its ZeRO-3 gate was detached)");
+  B = 1;
+  T = n;
+  have_targets = false;
+  logit_rows = 1;
+  kv_filled = pos;  // until the new positions are in (an error below leaves them out)
+  Acts<E> a = views<E>();
+  Backend& be = *backend;
+  Ops<E>& op = be.ops<E>();
+  be.copy_from_host(a.inputs, in, size_t(n) * sizeof(int));
+  acquire(L + 1, L > 0 ? 0 : L);
+  op.encoder_forward(a.encoded, a.inputs, param<E>(ParamKind::wte), param<E>(ParamKind::wpe) + size_t(pos) * C, 1, n,
+                     C);
+  for (int l = 0; l < L; ++l) {
+    RZ_TRACE_SCOPE("forward layer (cached)", l);
+    acquire(l, l + 1 < L ? l + 1 : L);
+    block_forward(a, l, true, pos);
+    release(l);
+  }
+  acquire(L, -1);
+  const E* last = a.layers[L - 1].res3 + size_t(n - 1) * C;  // (1, C)
+  op.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, param<E>(ParamKind::lnfw), param<E>(ParamKind::lnfb), 1,
+                       C);
+  op.matmul_forward(a.logits, a.lnf, param<E>(ParamKind::wte), static_cast<const E*>(nullptr), 1, C, Vp);
+  release(L);
+  release(L + 1);
+  kv_filled = pos + n;
+  logits_valid = true;
+}
+
 // Block l's forward from its input (layer l-1's res3, or the embedding) into a.layers[l].
 // The forward calls it with with_output; Recompute::layer's backward calls it again
 // without, stopping after the GELU: backward needs everything but res3, which is kept.
 template <typename E>
-void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output) {
+void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output, int kv_pos) {
   const int C = cfg.channels, NH = cfg.num_heads;
   const size_t N = size_t(B) * T;
   Ops<E>& op = backend->ops<E>();
@@ -285,12 +354,26 @@ void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output) {
     E* gelu_out = opts.recompute == Recompute::gelu ? a.gelu_scratch : la.fch_gelu;
     op.layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, res_in, param<E>(ParamKind::ln1w, l),
                       param<E>(ParamKind::ln1b, l), int(N), C);
-    op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
-                   C, 3 * C);
-    if (opts.attention == Attention::flash)
-      op.attention_forward_flash(la.atty, la.att_lse, la.qkv, B, T, C, NH);
-    else
-      op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    if (kv_pos >= 0) {
+      // The qkv weight's three (C, C) row blocks as three matmuls: q into la.qkv's first
+      // N*C, k and v straight into the cache rows of the new positions.
+      const E* w = param<E>(ParamKind::qkvw, l);
+      const E* bias = param<E>(ParamKind::qkvb, l);
+      E* k = kv_cache<E>(l, 0);
+      E* v = kv_cache<E>(l, 1);
+      const size_t CC = size_t(C) * C, at = size_t(kv_pos) * C;
+      op.matmul_forward(la.qkv, la.ln1, w, bias, int(N), C, C);
+      op.matmul_forward(k + at, la.ln1, w + CC, bias + C, int(N), C, C);
+      op.matmul_forward(v + at, la.ln1, w + 2 * CC, bias + 2 * C, int(N), C, C);
+      op.attention_forward_kv(la.atty, la.qkv, k, v, 1, T, kv_pos, kv_rows, NH, NH, C / NH);
+    } else {
+      op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
+                        C, 3 * C);
+      if (opts.attention == Attention::flash)
+        op.attention_forward_flash(la.atty, la.att_lse, la.qkv, B, T, C, NH);
+      else
+        op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    }
     op.matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
                    int(N), C, C);
     op.residual_forward(la.res2, res_in, a.proj, N * C);
@@ -447,6 +530,7 @@ static void stored_to_host_f32(Backend& be, Precision p, float* out, const void*
 void GPT2::set_param_gate(ParamGate* gate) {
   Impl& m = *impl_;
   m.gate = gate;
+  m.kv_filled = 0;
   if (gate == nullptr) return;
   m.units = param_unit_ranges(m.layout, m.cfg.num_layers);
   m.unit_data.assign(m.units.size(), nullptr);
@@ -471,6 +555,7 @@ void GPT2::get_params_f32(size_t begin, size_t n, float* out) const {
 
 void GPT2::set_params_f32(size_t begin, size_t n, const float* in) {
   check_resident(impl_->gate, "set_params_f32");
+  impl_->kv_filled = 0;  // the cached k and v were made with the old parameters
   RZ_CHECK(begin <= impl_->layout.total && n <= impl_->layout.total - begin,
            "set_params_f32: [%zu, +%zu) outside the %zu parameters", begin, n, impl_->layout.total);
   Backend& be = *impl_->backend;
@@ -541,11 +626,38 @@ const std::vector<float>& GPT2::position_losses() const {
   return impl_->host_losses;
 }
 
+void GPT2::reserve_kv_cache(int positions) {
+  Impl& m = *impl_;
+  RZ_CHECK(positions >= 1 && positions <= m.cfg.max_seq_len,
+           "reserve_kv_cache: %d positions, expected 1 .. the model's maxT %d", positions, m.cfg.max_seq_len);
+  m.kv_filled = 0;
+  if (positions == m.kv_rows) return;
+  m.kv.release();
+  m.kv_rows = 0;
+  m.kv.allocate(MemTag::activations,
+                size_t(2) * m.cfg.num_layers * positions * m.cfg.channels * precision_bytes(precision()), m.opts.device);
+  m.kv_rows = positions;
+}
+
+void GPT2::release_kv_cache() {
+  impl_->kv.release();
+  impl_->kv_rows = impl_->kv_filled = 0;
+}
+
+void GPT2::forward_cached(const int* tokens, int n, int pos) {
+  if (precision() == Precision::fp32)
+    impl_->forward_cached<float>(tokens, n, pos);
+  else
+    impl_->forward_cached<bf16>(tokens, n, pos);
+}
+
+int GPT2::kv_cached_positions() const { return impl_->kv_filled; }
+
 void GPT2::logits_f32(std::vector<float>& out) const {
   RZ_CHECK(impl_->B > 0 && impl_->logits_valid,
            "logits_f32: no logits (run forward; backward overwrites them with their gradients)");
   Impl& m = *impl_;
-  const size_t n = size_t(m.B) * m.T * m.cfg.padded_vocab_size;
+  const size_t n = size_t(m.logit_rows) * m.cfg.padded_vocab_size;
   out.resize(n);
   const void* logits = precision() == Precision::fp32 ? static_cast<const void*>(m.views<float>().logits)
                                                       : static_cast<const void*>(m.views<bf16>().logits);

@@ -101,8 +101,25 @@ class GPT2 {
   // returns their mean); scoring (HellaSwag, bits per byte) reads them.
   const std::vector<float>& position_losses() const;
 
-  // Logits of the last forward as fp32 on the host: (B, T, Vp) row-major, padded columns included.
+  // Logits of the last forward as fp32 on the host: (B, T, Vp) row-major, padded columns
+  // included; after forward_cached, the last position's only (Vp).
   void logits_f32(std::vector<float>& out) const;
+
+  // Sampling with a KV cache (B = 1; train/generate.h). Per layer a K and a V cache of
+  // (positions, C) in the model's precision on its device (MemTag::activations), filled
+  // by forward_cached. reserve_kv_cache makes room for positions 0 .. positions - 1
+  // (positions <= maxT) and empties it; release_kv_cache frees it.
+  void reserve_kv_cache(int positions);
+  void release_kv_cache();
+  // The forward of positions pos .. pos + n - 1 of one sequence, given their n tokens:
+  // positions 0 .. pos - 1 come from the cache (filled by the calls since the reserve; pos
+  // at most what they filled, a smaller pos rewinds) and the new positions' k and v are
+  // written into it, so a new token costs one position's forward instead of the window's.
+  // Exact while the sequence fits the cache: GPT-2's positions are absolute, so a window
+  // that slides past maxT cannot reuse it. A forward, a change of parameters or a reserve
+  // empties the cache. The logits are the last position's (logits_f32).
+  void forward_cached(const int* tokens, int n, int pos);
+  int kv_cached_positions() const;  // positions the cache holds now
 
   Recompute recompute() const;
   // activation_bytes() for the largest (B, T) forwarded so far (0 before any forward).

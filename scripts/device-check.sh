@@ -128,7 +128,7 @@ configure_and_build() {
     return 1
   fi
   EXPECT=$([ "$PHASE" = fast ] && echo 3 || echo 15) step configure 60 configure.log \
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGZERO_WERROR=OFF -DRINGZERO_CUDA=ON \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGZERO_WERROR=OFF -DRINGZERO_CUDA=ON -DRINGZERO_PTXAS_VERBOSE=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_PREFIX_PATH="$ROOT/.deps/usr" \
     -DOPENSSL_ROOT_DIR="$ROOT/.deps/usr" -DOPENSSL_USE_STATIC_LIBS=TRUE --no-warn-unused-cli || return 1
   # One line each for oneDNN, MPI, CUDA and NCCL: which was found, or why none.

@@ -181,6 +181,63 @@ TEMPLATE_TEST_CASE("flash attention forward and backward", "[ops]", float, bf16)
   }
 }
 
+// Sampling's attention against a KV cache: one and several new positions, at the start of
+// the cache and deep into it, a head size whose lanes hold a partial third dimension (80),
+// and fewer kv heads than query heads (grouped-query). Cache rows past the last new
+// position are NaN on both sides: a kernel that reads them fails. Where NKV = NH, the
+// CPU's output is also held against the materialised attention's rows at those positions.
+TEMPLATE_TEST_CASE("attention against a KV cache", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(15);
+  struct Shape {
+    int B, Tq, pos, Tc, NH, NKV, hs;
+  };
+  for (Shape s : {Shape{2, 1, 0, 40, 3, 3, 16}, Shape{2, 1, 33, 40, 3, 3, 16}, Shape{1, 5, 20, 40, 4, 2, 24},
+                  Shape{2, 7, 0, 9, 2, 1, 80}, Shape{1, 1, 69, 70, 2, 2, 80}}) {
+    const int B = s.B, Tq = s.Tq, pos = s.pos, Tc = s.Tc, NH = s.NH, NKV = s.NKV, hs = s.hs;
+    CAPTURE(B, Tq, pos, Tc, NH, NKV, hs);
+    const int T = pos + Tq, C = NH * hs, KVC = NKV * hs;  // T: positions filled
+    auto q = random_vec<E>(size_t(B) * Tq * C, rng);
+    auto kc = random_vec<E>(size_t(B) * Tc * KVC, rng), vc = random_vec<E>(kc.size(), rng);
+    for (int b = 0; b < B; ++b)
+      for (size_t x = size_t(T) * KVC; x < size_t(Tc) * KVC; ++x)
+        kc[size_t(b) * Tc * KVC + x] = vc[size_t(b) * Tc * KVC + x] = poison<E>();
+    std::vector<E> out(q.size());
+    cpu().ops<E>().attention_forward_kv(out.data(), q.data(), kc.data(), vc.data(), B, Tq, pos, Tc, NH, NKV, hs);
+    DevBuf<E> d_q(q), d_k(kc), d_v(vc), d_out = DevBuf<E>::poisoned(out.size());
+    gpu().ops<E>().attention_forward_kv(d_out.ptr(), d_q.ptr(), d_k.ptr(), d_v.ptr(), B, Tq, pos, Tc, NH, NKV, hs);
+    compare("attention_forward_kv out", d_out.host(), out, tol<E>());
+    if (NKV != NH) continue;
+    // The same numbers as a fused qkv of T positions (the new queries at the last Tq).
+    std::vector<E> qkv(size_t(B) * T * 3 * C), full(size_t(B) * T * C), att(size_t(B) * NH * T * T);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        E* row = qkv.data() + (size_t(b) * T + t) * 3 * C;
+        for (int c = 0; c < C; ++c) {
+          row[c] = t >= pos ? q[(size_t(b) * Tq + t - pos) * C + c] : from_f<E>(1.0f);
+          row[C + c] = kc[(size_t(b) * Tc + t) * C + c];
+          row[2 * C + c] = vc[(size_t(b) * Tc + t) * C + c];
+        }
+      }
+    cpu().ops<E>().attention_forward(full.data(), att.data(), qkv.data(), B, T, C, NH);
+    std::vector<E> rows(out.size());
+    for (int b = 0; b < B; ++b)
+      std::copy_n(full.data() + (size_t(b) * T + pos) * C, size_t(Tq) * C, rows.data() + size_t(b) * Tq * C);
+    const auto o = outside_tolerance(out, rows, tol<E>());
+    INFO("cpu attention_forward_kv vs the materialised rows: " << o.first);
+    CHECK(o.bad == 0);
+  }
+}
+
+TEST_CASE("attention against a KV cache: a bad shape is refused, naming the op", "[ops]") {
+  DevBuf<float> x(std::vector<float>(64, 1.0f));
+  std::vector<float> h(64, 1.0f);
+  REQUIRE_THROWS_WITH(cpu().ops<float>().attention_forward_kv(h.data(), h.data(), h.data(), h.data(), 1, 2, 3, 4, 1, 1, 8),
+                      Catch::Contains("attention_forward_kv: positions 3 .. 4 lie outside the cache's 4 rows"));
+  REQUIRE_THROWS_WITH(gpu().ops<float>().attention_forward_kv(x.ptr(), x.ptr(), x.ptr(), x.ptr(), 1, 1, 0, 4, 3, 2, 8),
+                      Catch::Contains("key/value heads must divide"));
+}
+
 TEMPLATE_TEST_CASE("gelu and residual, in place too", "[ops]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(5);

@@ -1,7 +1,8 @@
 // tests/test_kernels_gemm.cpp: ringzero's own fp32 GEMM (kernels/cpu/gemm_f32.h) against
 // its contract, bitwise: every element is one fused multiply-add chain in k order from dst's
-// old value (accumulate), the bias, or zero. Odd sizes around the register block (6 x 16)
-// and the cache blocks (96 rows, 256 k), every operand layout the linear layers use plus
+// old value (accumulate), the bias, or zero. Odd sizes around the register block (6 x 16),
+// the cache blocks (96 rows, 256 k) and the one-row path (M = 1: 8-column blocks, 8 k
+// steps per transposed block), every operand layout the linear layers use plus
 // far-strided ones (the packed path), poisoned outputs, and 1 vs 2 threads.
 #include <catch2/catch.hpp>
 #include <omp.h>
@@ -70,7 +71,8 @@ TEST_CASE("gemm_f32: bitwise the FMA chain, odd sizes, every layout and start", 
   }
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t sizes[][3] = {{1, 1, 1},   {5, 3, 17},   {6, 16, 16},  {7, 1, 15},   {13, 40, 33},
-                              {97, 300, 31}, {12, 513, 48}, {100, 7, 129}, {193, 257, 18}, {50, 20, 20}};
+                              {97, 300, 31}, {12, 513, 48}, {100, 7, 129}, {193, 257, 18}, {50, 20, 20},
+                              {1, 300, 100}, {1, 513, 45}, {1, 7, 9},    {1, 16, 32},   {1, 19, 3}};
   const Layout layouts[] = {{false, 0}, {true, 0}, {false, 3}, {true, 5}, {true, 600}, {false, 9000}, {true, 9000}};
   uint32_t seed = 1;
   for (auto& s : sizes) {
@@ -125,7 +127,12 @@ TEST_CASE("gemm_f32 and fp32 matmul: bitwise the same for 1 and 2 threads", "[ke
                                             db = randn(OC, 17);
     matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
     matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    // One row (sampling's step) wide enough that the one-row path splits its columns.
+    std::vector<float> row(2100);
+    const auto x = randn(1024, 18), wide = randn(size_t(2100) * 1024, 19);
+    matmul_forward(row.data(), x.data(), wide.data(), static_cast<const float*>(nullptr), 1, 1024, 2100);
     omp_set_num_threads(saved);
+    out.insert(out.end(), row.begin(), row.end());
     out.insert(out.end(), dinp.begin(), dinp.end());
     out.insert(out.end(), dw.begin(), dw.end());
     out.insert(out.end(), db.begin(), db.end());

@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "kernels/cpu/matmul_onednn.h"
 #include "train/config.h"
+#include "train/config_resolved.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
 #include "tests/test_paths.h"
@@ -75,6 +76,13 @@ TEST_CASE("TOML values, then flags of the same name, win in that order") {
   const std::string table = format_config_table(cfg);
   CHECK(table.find("strategy") != std::string::npos);
   CHECK(table.find("zero1") != std::string::npos);
+  // A resolved automatic value replaces the key's 0 in its row.
+  const std::string resolved = format_config_table(cfg, {{"vocab", "257 (from the tokenizer)"}});
+  const size_t row = resolved.find("\nvocab ");
+  REQUIRE(row != std::string::npos);
+  CHECK(resolved.substr(row + 1, resolved.find('\n', row + 1) - row - 1).find("257 (from the tokenizer)") !=
+        std::string::npos);
+  CHECK(table.find("257 (from the tokenizer)") == std::string::npos);
   // Every key of the table has a flag and a text round trip.
   for (const auto& k : config_keys()) {
     TrainConfig c2;
@@ -374,4 +382,40 @@ TEST_CASE("precision auto is bf16 exactly where this CPU multiplies bf16, fp32 e
   TrainConfig f;
   REQUIRE(parse({toml, "--precision", "bf16"}, f));
   CHECK(f.precision() == Precision::bf16);
+}
+
+TEST_CASE("the printed table shows what automatic keys resolved to, and from where") {
+  TrainConfig cfg;  // every automatic key at its default: 0, empty or auto
+  RunFacts run;
+  run.model.num_layers = 2, run.model.channels = 64, run.model.num_heads = 4, run.model.max_seq_len = 64;
+  run.model.vocab_size = 257;
+  run.have_tokenizer = true;
+  run.tokenizer_beside = "d/tokenizer.bin";
+  run.omp_threads = 3;
+  run.omp_env = true;
+  run.world = 2;
+  run.master_port = 4321;
+  run.transport = "shm";
+  run.flight_dir = "/tmp/fl";
+  const auto r = resolved_settings(cfg, run);
+  CHECK(r.at("vocab") == "257 (from the data's tokenizer.bin)");
+  CHECK(r.at("layers") == "2 (the preset's)");
+  CHECK(r.at("max_seq") == "64 (the preset's)");
+  CHECK(r.at("tokenizer") == "d/tokenizer.bin (beside the data)");
+  CHECK(r.at("threads") == "3 (auto: OMP_NUM_THREADS)");
+  CHECK(r.at("total_batch_tokens") == "512 (B*T*ranks = 4*64*2, no accumulation)");
+  CHECK(r.at("master_port") == "4321 (picked free)");
+  CHECK(r.at("transport") == "shm (auto)");
+  CHECK(r.at("grad_reduce_dtype") == "fp32 (auto: the precision's)");
+  CHECK(r.at("flight_dir") == "/tmp/fl (auto)");
+  CHECK(r.count("device") == 0);  // cpu is not automatic
+  // Keys the user set are shown as set.
+  cfg.vocab = 300, cfg.threads = 1, cfg.total_batch_tokens = 1024, cfg.init = "m.bin";
+  const auto given = resolved_settings(cfg, run);
+  CHECK(given.count("vocab") == 0);
+  CHECK(given.count("threads") == 0);
+  CHECK(given.count("total_batch_tokens") == 0);
+  CHECK(given.at("layers") == "2 (from the --init model)");
+  const std::string table = format_config_table(cfg, given);
+  CHECK(table.find("2 (from the --init model)") != std::string::npos);
 }

@@ -117,6 +117,10 @@ TEST_CASE("a 20-step run on 2 processes learns, for every strategy") {
     INFO(strategy << "\n" << r.output);
     REQUIRE(r.status == 0);
     CHECK(r.output.find("memory after step 1") != std::string::npos);
+    // The printed table shows what the automatic keys resolved to, not their 0 or auto.
+    for (const char* resolved : {"257 (from the data's tokenizer.bin)", "64 (the preset's)",
+                                 "256 (B*T*ranks = 4*32*2, no accumulation)", "shm (auto)"})
+      CHECK(r.output.find(resolved) != std::string::npos);
     const auto m = read_metrics(metrics);
     REQUIRE(m.size() == 20);
     CHECK(m[19]["step"] == 20);

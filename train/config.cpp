@@ -200,6 +200,7 @@ const Setting kSettings[] = {
   {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
   {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
   {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)"},
+  {"tensorboard", &TrainConfig::tensorboard, Allowed::any, "directory for a TensorBoard event file of this run: every value the metrics JSONL records, per step (tag = its key), and each rank's peak memory; flushed at each eval (empty: none)"},
   {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)"},
   {"trace", &TrainConfig::trace, Allowed::any, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)"},
   {"trace_steps", &TrainConfig::trace_steps, Allowed::any, "steps A:B (1-based, inclusive) the --trace timeline covers"},
@@ -607,7 +608,7 @@ void validate_config(const TrainConfig& c) {
   check_no_idle_keys(c);
 }
 
-std::string format_config_table(const TrainConfig& cfg) {
+std::string format_config_table(const TrainConfig& cfg, const std::map<std::string, std::string>& resolved) {
   size_t w = 0;
   for (const auto& k : kSettings) w = std::max(w, std::string(k.name).size());
   std::string out = strfmt("%-*s  %s\n", static_cast<int>(w), "key", "value");
@@ -618,6 +619,7 @@ std::string format_config_table(const TrainConfig& cfg) {
       std::string why;
       v = std::string(precision_name(resolve_precision(cfg.precision_choice, cfg.device, &why))) + " (" + why + ")";
     }
+    if (const auto it = resolved.find(k.name); it != resolved.end()) v = it->second;
     out += strfmt("%-*s  %s\n", static_cast<int>(w), k.name, v.c_str());
   }
   return out;

@@ -134,6 +134,7 @@ struct TrainConfig {
   int sample_tokens = 64;         // tokens per sample
   int sample_top_k = 0;           // 0 = greedy; k > 0 samples from the k most likely tokens
   std::string metrics;            // JSONL file, one object per step; empty = none
+  std::string tensorboard;        // directory for a TensorBoard event file (rank 0); empty = none
   std::string memory_report;      // JSON file for the per-rank memory report after step 1; empty = none
   std::string trace;              // Chrome trace-event JSON timeline of --trace-steps (rank 0 writes it); empty = none
   std::string trace_steps = "2:4"; // A:B, the 1-based steps the trace covers
@@ -172,8 +173,11 @@ void load_config_toml(TrainConfig& cfg, const std::string& path);
 // TOML file set it and a flag set the key that turns its feature off.
 void validate_config(const TrainConfig& cfg);
 
-// The resolved configuration as a two-column table (rank 0 prints it at start).
-std::string format_config_table(const TrainConfig& cfg);
+// The configuration as a two-column table (rank 0 prints it at start). A key that the run
+// resolved from an automatic value (vocab 0, threads 0, transport auto, ...) shows what it
+// resolved to and from where, as `resolved` gives it (key -> "257 (from the tokenizer)");
+// precision auto shows its choice and why on its own.
+std::string format_config_table(const TrainConfig& cfg, const std::map<std::string, std::string>& resolved = {});
 
 // The model shape a training config describes, for the benchmarks (bench-step,
 // bench-strategies): its preset with the config's overrides; a vocab of 0 takes the

@@ -39,14 +39,37 @@ std::vector<int> generate_tokens(GPT2& model, std::vector<int> tokens, int n, in
                                  float temperature, int top_k, SampleRng& rng,
                                  const std::function<void(int)>& on_token) {
   RZ_CHECK(!tokens.empty(), "sample: the prompt needs at least one token");
+  RZ_CHECK(T_window >= 1 && T_window <= model.config().max_seq_len,
+           "sample: a window of %d tokens, expected 1 .. the model's maxT %d", T_window, model.config().max_seq_len);
+  if (n <= 0) return tokens;
   const int Vp = model.config().padded_vocab_size;
+  // The context is tokens.size() + n - 1 tokens long at the last draw; the cache covers it
+  // up to the window (and is of no use when the prompt alone is past the window).
+  const size_t longest = tokens.size() + size_t(n) - 1;
+  const bool cache = tokens.size() <= size_t(T_window);
+  struct CacheScope {  // the cache is freed however generation ends
+    GPT2* model;
+    ~CacheScope() {
+      if (model) model->release_kv_cache();
+    }
+  } scope{cache ? &model : nullptr};
+  if (cache) model.reserve_kv_cache(static_cast<int>(std::min<size_t>(longest, size_t(T_window))));
+  int cached = 0;  // tokens[0 .. cached) are in the cache
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
-    const int t = std::min<int>(static_cast<int>(tokens.size()), T_window);
-    const int* window = tokens.data() + tokens.size() - static_cast<size_t>(t);
-    model.forward(window, nullptr, 1, t);
-    model.logits_f32(logits);
-    const float* row = logits.data() + static_cast<size_t>(t - 1) * Vp;  // (Vp,) at the last position
+    const size_t len = tokens.size();
+    const float* row;  // (Vp,) the logits at the last position
+    if (cache && len <= size_t(T_window)) {
+      model.forward_cached(tokens.data() + cached, static_cast<int>(len) - cached, cached);
+      cached = static_cast<int>(len);
+      model.logits_f32(logits);
+      row = logits.data();
+    } else {  // past the window: its positions start elsewhere every token, recomputed whole
+      const int t = std::min<int>(static_cast<int>(len), T_window);
+      model.forward(tokens.data() + len - static_cast<size_t>(t), nullptr, 1, t);
+      model.logits_f32(logits);
+      row = logits.data() + static_cast<size_t>(t - 1) * Vp;
+    }
     const int next = draw_token(row, vocab, temperature, top_k, rng);
     tokens.push_back(next);
     if (on_token) on_token(next);

@@ -1,12 +1,11 @@
 // train/generate.h: the one sampler, behind `ringzero sample` and the samples rank 0
 // prints during training.
 //
-// Generation recomputes a full forward over the last T_window tokens for every new token
-// instead of keeping a KV cache. For the models this trainer is for, a forward of at most
-// maxT positions takes milliseconds to a second, the code stays the same forward that
-// training and `verify` check, and nothing new can drift from it; a KV cache would be a
-// second attention path to test for a speed-up that sampling a few hundred tokens does
-// not need.
+// Generation keeps a KV cache (GPT2::forward_cached): the prompt is one forward, and each
+// new token then costs one position's forward, not the window's. GPT-2's positions are
+// absolute (wpe), so the cache is exact only while the whole context fits the window
+// (at most maxT tokens); past it every token's window starts one position later, and each
+// token recomputes the window as a full forward over its last T_window tokens.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +31,8 @@ struct SampleRng {
 int draw_token(const float* logits, int vocab, float temperature, int top_k, SampleRng& rng);
 
 // Extends `prompt` (at least one token) by n tokens, each drawn by draw_token from the
-// model's logits at the last position of a forward over the last T_window tokens (B = 1).
+// model's logits at the last position of the last T_window tokens (B = 1): from the KV
+// cache while the context fits the window, from a forward over the window after that.
 // Only the first `vocab` logits are candidates (the padded rows of wte are never drawn).
 // on_token, when given, sees each new token as it is drawn (for printing as it goes).
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> prompt, int n, int T_window, int vocab,

@@ -35,6 +35,7 @@
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/config_resolved.h"
 #include "train/flight.h"
 #include "train/generate.h"
 #include "train/hellaswag.h"
@@ -43,6 +44,7 @@
 #include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/strategy_checkpoint.h"
+#include "train/tensorboard.h"
 #include "train/val_loss.h"
 #include "viz/timeline.h"
 #include "zero/buckets.h"
@@ -126,6 +128,7 @@ class Trainer {
   void count_skips(StepRecord& rec);
   int stop_after(int step);
   void memory_report();
+  RunFacts run_facts() const;
   bool rank0() const { return rank_ == 0; }
   // The loss and the votes are host values: host_comm_ stages them through the device
   // where the communicator takes device buffers only (nccl).
@@ -160,6 +163,8 @@ class Trainer {
   std::string save_error_;             // why the last save failed
   int stop_sig_ = 0, stop_hit_ = 0;    // stop_agreed: the signal the ranks stop on, how many it reached
   MetricsWriter metrics_;
+  TensorBoardWriter tensorboard_;  // --tensorboard (rank 0)
+  double tensorboard_flushed_ = 0;  // run seconds at its last flush
   std::unique_ptr<TraceWindow> timeline_;  // --trace
   // The loss-spike guard (--spike-zscore; train/spike_guard.h) and the skip bound it shares
   // with --skip-nonfinite (max_consecutive_skips).
@@ -640,6 +645,23 @@ void Trainer::count_skips(StepRecord& rec) {
   rec.skips_total = skips_total_;
 }
 
+// The facts the automatic keys resolved to (train/config_resolved.h), for the printed table.
+RunFacts Trainer::run_facts() const {
+  RunFacts f;
+  f.model = mcfg_;
+  f.have_tokenizer = tok_ != nullptr;
+  if (cfg_.tokenizer.empty() && tok_) f.tokenizer_beside = (fs::path(data_dir_of(cfg_.data)) / "tokenizer.bin").string();
+  f.omp_threads = omp_get_max_threads();
+  f.omp_env = std::getenv("OMP_NUM_THREADS") != nullptr;
+  f.world = world_;
+  f.master_port = env_.master_port;
+  f.transport = comm_->transport_name();
+  f.precision = precision_;
+  f.device = device_;
+  f.flight_dir = resolve_flight_dir(cfg_);
+  return f;
+}
+
 int Trainer::run() {
   setup();
   if (cfg_.resuming()) resume();
@@ -647,7 +669,7 @@ int Trainer::run() {
     std::printf("ringzero train: %d rank(s), strategy %s, transport %s, %zu parameters (L%d C%d NH%d V%d maxT%d)\n",
                 world_, strategy_name(cfg_.strategy), comm_->transport_name().c_str(), model_->layout().total,
                 mcfg_.num_layers, mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
-    std::printf("%s", format_config_table(cfg_).c_str());
+    std::printf("%s", format_config_table(cfg_, resolved_settings(cfg_, run_facts())).c_str());
     std::printf("tokens per step: %d (B) x %d (T) x %d (ranks) x %d (accumulation) = %lld\n", cfg_.batch,
                 cfg_.seq, world_, accum_, static_cast<long long>(cfg_.batch) * cfg_.seq * world_ * accum_);
     if (shared_params_)
@@ -657,6 +679,12 @@ int Trainer::run() {
                   "tokenizer.bin beside the shards)\n");
     std::fflush(stdout);
     if (!cfg_.metrics.empty()) metrics_.open(cfg_.metrics, resumed_, start_step_);
+    if (!cfg_.tensorboard.empty()) {
+      tensorboard_.open(cfg_.tensorboard, resumed_ ? start_step_ : -1);
+      std::printf("tensorboard: %s (watch with: tensorboard --logdir %s)\n", tensorboard_.path().c_str(),
+                  cfg_.tensorboard.c_str());
+      std::fflush(stdout);
+    }
   }
   const LrSchedule sched{cfg_.lr, cfg_.warmup, cfg_.steps, cfg_.lr_floor};
   const bool tty = rank0() && isatty(STDOUT_FILENO);
@@ -770,6 +798,16 @@ int Trainer::run() {
       else if (tty) std::printf("\r\033[K%s", line.c_str());
       std::fflush(stdout);
       metrics_.write(rec);
+      if (tensorboard_.is_open()) {
+        tensorboard_.record(metrics_json_line(rec));
+        for (size_t r = 0; r < end.peak_mib.size(); ++r)
+          tensorboard_.scalar(strfmt("mem_peak_mib/rank%zu", r), rec.step, end.peak_mib[r]);
+        // Out at each eval (a live TensorBoard follows the run), at the end, and every 30 s.
+        if (rec.val_loss || last || seconds_since(run_start) - tensorboard_flushed_ >= 30) {
+          tensorboard_.flush();
+          tensorboard_flushed_ = seconds_since(run_start);
+        }
+      }
     }
     if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
     if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {

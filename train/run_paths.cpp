@@ -50,7 +50,7 @@ std::vector<RunPath> train_inputs(const TrainConfig& cfg) {
 CommandPaths train_paths(const TrainConfig& cfg) {
   CommandPaths p;
   p.files = {{"metrics", cfg.metrics}, {"memory_report", cfg.memory_report}, {"trace", cfg.trace}};
-  p.dirs = {{"save_dir", cfg.save_dir}};
+  p.dirs = {{"save_dir", cfg.save_dir}, {"tensorboard", cfg.tensorboard}};
   p.record_dirs = {{"flight_dir", cfg.flight_dir}};
   p.inputs = train_inputs(cfg);
   p.shard_patterns = {{"data", cfg.data}, {"val_data", cfg.val_data}};
@@ -66,7 +66,7 @@ void check_train_paths(const TrainConfig& cfg) {
   std::vector<RunPath> checkpoints;
   if (!cfg.save_dir.empty())
     for (const std::string& d : list_step_dirs(cfg.save_dir)) checkpoints.push_back({"the checkpoint", d});
-  check_run_outputs(files, {}, checkpoints);
+  check_run_outputs(files, {{"tensorboard", cfg.tensorboard}}, checkpoints);
   // ... including one a later save will make (save_dir/step_NNNNNNNN/ not there yet).
   if (cfg.save_dir.empty()) return;
   std::error_code ec;
@@ -78,6 +78,13 @@ void check_train_paths(const TrainConfig& cfg) {
              "%s: %s lies inside a checkpoint directory of save_dir %s, which saves write and pruning deletes; "
              "write it elsewhere", f.what.c_str(), f.path.c_str(), cfg.save_dir.c_str());
   }
+  // The same for the tensorboard directory itself and anywhere below a checkpoint's.
+  if (!cfg.tensorboard.empty())
+    for (fs::path d = fs::weakly_canonical(cfg.tensorboard, ec); d.has_parent_path() && d != d.parent_path();
+         d = d.parent_path())
+      RZ_CHECK(!parse_step_dir_name(d.filename().string()) || d.parent_path() != save,
+               "tensorboard: %s lies inside a checkpoint directory of save_dir %s, which saves write and pruning "
+               "deletes; write it elsewhere", cfg.tensorboard.c_str(), cfg.save_dir.c_str());
 }
 
 }  // namespace rz

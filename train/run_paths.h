@@ -17,17 +17,18 @@ namespace rz {
 std::vector<RunPath> train_inputs(const TrainConfig& cfg);
 
 // What a run writes, reads and reads as shards, for data/output_paths.h's check_outputs:
-// the files metrics, memory_report and trace; the directory save_dir; the record directory
-// flight_dir (when given); train_inputs; the data and val_data patterns. A new output of
-// `train` is one more line here.
+// the files metrics, memory_report and trace; the directories save_dir and tensorboard; the
+// record directory flight_dir (when given); train_inputs; the data and val_data patterns. A
+// new output of `train` is one more line here.
 CommandPaths train_paths(const TrainConfig& cfg);
 
 // Before any work (the launcher and every rank): check_outputs(train_paths(cfg)), so metrics,
 // memory_report or trace may not be over an input or anything but a regular file (/dev/null
 // discards), a name the data patterns match, or inside a prepared data directory; two
-// outputs may not be one file; save_dir may not be a non-directory, lie inside an input or
-// data directory, or hold an input (an --init model inside save_dir would be pruned with
-// the checkpoints). Nor may a file output lie inside one of save_dir's checkpoints.
+// outputs may not be one file; save_dir and tensorboard may not be a non-directory, lie
+// inside an input or data directory, or hold an input (an --init model inside save_dir would
+// be pruned with the checkpoints). Nor may a file output or the tensorboard directory lie
+// inside one of save_dir's checkpoints.
 void check_train_paths(const TrainConfig& cfg);
 
 }  // namespace rz

@@ -32,6 +32,10 @@ const std::array<const char*, 8> kTagColours = {"#4c72b0", "#dd8452", "#55a868",
                                                 "#8172b3", "#937860", "#da8bc3", "#8c8c8c"};
 const std::array<const char*, 8> kLineColours = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                                  "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+// Validation loss of the run drawn in kLineColours[i]: a dark shade of the same hue, so the
+// pair reads as one run, and dark enough to stand out on the (noisy) training line.
+const std::array<const char*, 8> kValColours = {"#08306b", "#67000d", "#00441b", "#7f2704",
+                                                "#3f007d", "#3b1e17", "#7a0177", "#014636"};
 
 // An input file's text. Anything but a regular file (a FIFO would block forever, a
 // directory reads as nothing) is refused first.
@@ -149,7 +153,7 @@ std::string loss_plot_script(const LossPlotArgs& a) {
            "--label: %zu labels for %zu --metrics files (give one per file or none)", a.labels.size(), a.metrics.size());
   RZ_CHECK(a.x == "step" || a.x == "tokens", "--x: expected step or tokens, found '%s'", a.x.c_str());
   RZ_CHECK(a.smooth >= 1 && a.smooth <= 100000, "--smooth: expected 1..100000 steps, found %d", a.smooth);
-  std::string data, plots;
+  std::string data, plots, val_plots;
   for (size_t f = 0; f < a.metrics.size(); ++f) {
     const std::string& path = a.metrics[f];
     const auto lines = lines_of(read_text(path, "--metrics"));
@@ -188,11 +192,16 @@ std::string loss_plot_script(const LossPlotArgs& a) {
     plots += strfmt("%s$train%zu using 1:2 with lines lw 2 lc rgb '%s' title %s", plots.empty() ? "" : ", ", f, colour,
                     gp_string(label + what, label_what).c_str());
     if (!val.empty()) {
+      // Its own colour, filled circles in a white ring, drawn after every training line:
+      // the points at each eval stay visible on top of the training curve.
       data += strfmt("$val%zu << EOD\n%sEOD\n", f, val.c_str());
-      plots += strfmt(", $val%zu using 1:2 with linespoints dt 2 lw 2 pt 7 ps 1.2 lc rgb '%s' title %s", f, colour,
-                      gp_string(label + " val loss", label_what).c_str());
+      const char* val_colour = kValColours[f % kValColours.size()];
+      val_plots += strfmt(", $val%zu using 1:2 with linespoints dt 2 lw 2 pt 7 ps 1.8 lc rgb '%s' title %s", f,
+                          val_colour, gp_string(label + " val loss", label_what).c_str());
+      val_plots += strfmt(", $val%zu using 1:2 with points pt 6 ps 1.8 lw 1.5 lc rgb 'white' notitle", f);
     }
   }
+  plots += val_plots;
   std::string s = header(a.out, a.title.empty() ? "training and validation loss" : a.title, 1000, 600);
   s += data;
   s += "set xlabel " + gp_string(a.x == "tokens" ? "tokens seen (all ranks)" : "optimizer step", "--x") + "\n";

@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_kv.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
@@ -61,6 +62,10 @@ class CpuOps final : public Ops<E> {
   void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
                                 int NH) override {
     rz::attention_backward_flash(dqkv, dout, qkv, lse, B, T, C, NH);
+  }
+  void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
+                            int NH, int NKV, int hs) override {
+    rz::attention_forward_kv(out, q, k_cache, v_cache, B, Tq, pos, Tc, NH, NKV, hs);
   }
   void gelu_forward(E* out, const E* inp, size_t n) override { rz::gelu_forward(out, inp, n); }
   void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {

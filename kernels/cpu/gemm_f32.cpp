@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -259,6 +260,92 @@ void multiply_block(float* dst, int64_t ldd, const GemmOperand& a, bool direct_a
     }
   }
 }
+
+// One row of dst (M = 1: sampling's one new position per step), without packing: b's
+// 16-column panels would be packed for a single use, and for a transposed b (a linear
+// layer's weight) that strided copy was three quarters of a sampled token's time. Each
+// element is still one FMA chain in k order from its start value, so the result is
+// bitwise what the blocked path gives. Eight columns at a time, NB blocks of them
+// interleaved (independent FMA chains hide the FMA latency): a row-major b gives the
+// eight columns of a k step as one load; a transposed b (column j's k steps contiguous)
+// gives an 8 x 8 block per eight k steps, transposed in registers. Columns past the last
+// full eight, and k steps past the last full eight of a transposed b, run scalar chains.
+__attribute__((target("avx2,fma"))) inline void transpose8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// dst[j0 .. j0 + 8 NB) of the row product, from their start values (start: 8 NB floats).
+template <int NB>
+__attribute__((target("avx2,fma"))) void row_block(float* dst, const float* start, const GemmOperand& a,
+                                                   const GemmOperand& b, int64_t K, int64_t j0) {
+  __m256 acc[NB];
+  for (int q = 0; q < NB; ++q) acc[q] = _mm256_loadu_ps(start + 8 * q);
+  const float* av = a.data;  // a(0, k) at av[k * a.col_stride]
+  int64_t k = 0;
+  if (b.col_stride == 1) {
+    for (; k < K; ++k) {
+      const __m256 x = _mm256_broadcast_ss(av + k * a.col_stride);
+      const float* bk = b.data + k * b.row_stride + j0;
+      for (int q = 0; q < NB; ++q) acc[q] = _mm256_fmadd_ps(x, _mm256_loadu_ps(bk + 8 * q), acc[q]);
+    }
+  } else {  // b.row_stride == 1: column j's k steps are contiguous
+    for (; k + 8 <= K; k += 8) {
+      __m256 x[8];
+      for (int s = 0; s < 8; ++s) x[s] = _mm256_broadcast_ss(av + (k + s) * a.col_stride);
+      for (int q = 0; q < NB; ++q) {
+        __m256 c[8];  // c[t] = b(k .. k+7, j0 + 8q + t), then transposed: c[s] = b(k + s, j0 + 8q ..)
+        for (int t = 0; t < 8; ++t) c[t] = _mm256_loadu_ps(b.data + (j0 + 8 * q + t) * b.col_stride + k);
+        transpose8(c);
+        for (int s = 0; s < 8; ++s) acc[q] = _mm256_fmadd_ps(x[s], c[s], acc[q]);
+      }
+    }
+  }
+  for (int q = 0; q < NB; ++q) _mm256_storeu_ps(dst + 8 * q, acc[q]);
+  if (k == K) return;
+  for (int64_t j = j0; j < j0 + 8 * NB; ++j) {  // a transposed b's last K % 8 steps
+    float v = dst[j - j0];
+    for (int64_t kk = k; kk < K; ++kk) v = std::fma(av[kk * a.col_stride], at(b, kk, j), v);
+    dst[j - j0] = v;
+  }
+}
+
+// dst (1, N) = start + a (1, K) * b (K, N); b row-major (col_stride 1) or transposed
+// (row_stride 1). Threads split the columns (each element's chain is the same on any
+// thread), outside another parallel region and where the product is worth a fork.
+__attribute__((target("avx2,fma"))) void gemm_row(float* dst, const GemmOperand& a, const GemmOperand& b,
+                                                  const float* bias, int64_t K, int64_t N, bool accumulate) {
+  constexpr int64_t kCols = 32;  // columns per task: 4 blocks of 8
+  const int64_t tasks = (N + kCols - 1) / kCols;
+  const bool parallel = N * K >= (int64_t(1) << 21) && !omp_in_parallel() && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t j0 = task * kCols, j1 = std::min(N, j0 + kCols);
+    alignas(32) float start[kCols];
+    for (int64_t j = j0; j < j1; ++j) start[j - j0] = accumulate ? dst[j] : bias ? bias[j] : 0.0f;
+    int64_t j = j0;
+    if (j1 - j0 == kCols) {
+      row_block<4>(dst + j, start, a, b, K, j);
+      j += kCols;
+    }
+    for (; j + 8 <= j1; j += 8) row_block<1>(dst + j, start + (j - j0), a, b, K, j);
+    for (; j < j1; ++j) {  // the last N % 8 columns
+      float v = start[j - j0];
+      for (int64_t k = 0; k < K; ++k) v = std::fma(a.data[k * a.col_stride], at(b, k, j), v);
+      dst[j] = v;
+    }
+  }
+}
 #endif
 
 bool cpu_has_avx2_fma() {
@@ -292,9 +379,11 @@ void gemm_f32(float* dst, int64_t ldd, GemmOperand a, GemmOperand b, const float
         for (int64_t j = 0; j < N; ++j) dst[i * ldd + j] = bias ? bias[j] : 0.0f;
     return;
   }
+  if (M == 1 && (b.col_stride == 1 || b.row_stride == 1)) {
+    gemm_row(dst, a, b, bias, K, N, accumulate);
+    return;
+  }
   const int64_t ic_blocks = (M + kMC - 1) / kMC;
-  // Threads only where the product is worth a fork; they split a's row blocks, so the
-  // result does not depend on how many there are.
   // Threads only where the product is worth a fork, and not inside another parallel
   // region (attention's heads); they split a's row blocks, so the result does not depend
   // on how many there are. One thread runs without a parallel region (small products are

@@ -9,12 +9,14 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/attention_kv.h"
 #include "kernels/cuda/launchers.cuh"
 
 namespace rz {
@@ -240,6 +242,17 @@ class CudaOps final : public Ops<E> {
              cuda::flash_max_head_size());
     float* D = ctx_->floats(CudaContext::kScratchA, size_t(B) * NH * T);
     cuda::attention_backward_flash(dev(dqkv), dev(dout), dev(qkv), lse, B, T, C, NH, D, ctx_->stream);
+  }
+
+  void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
+                            int NH, int NKV, int hs) override {
+    ctx_->bind();
+    check_attention_kv_shape(B, Tq, pos, Tc, NH, NKV, hs);
+    RZ_CHECK(hs <= cuda::attention_kv_max_head_size() && size_t(B) * Tq * NH <= size_t(INT_MAX),
+             "attention_forward_kv: head size %d must be at most %d, and B*Tq*NH = %zu rows at most 2^31 - 1", hs,
+             cuda::attention_kv_max_head_size(), size_t(B) * Tq * NH);
+    cuda::attention_forward_kv(dev(out), dev(q), dev(k_cache), dev(v_cache), B, Tq, pos, Tc, NH, NKV, hs,
+                               ctx_->stream);
   }
 
   void gelu_forward(E* out, const E* inp, size_t n) override {

@@ -105,6 +105,14 @@ void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float*
                               float* D,  // (B, NH, T) scratch
                               cudaStream_t s);
 
+// --- attention_kv.cu (sampling: new positions against a KV cache; legend of
+// kernels/cpu/attention_kv.h: Tq new positions, Tc cache rows, NKV key/value heads)
+int attention_kv_max_head_size();  // hs above this is refused
+template <typename E>
+void attention_forward_kv(E* out, const E* q,                 // (B, Tq, NH*hs) each
+                          const E* k_cache, const E* v_cache,  // (B, Tc, NKV*hs) each
+                          int B, int Tq, int pos, int Tc, int NH, int NKV, int hs, cudaStream_t s);
+
 // --- gelu.cu, residual.cu
 template <typename E>
 void gelu_forward(E* out, const E* inp, size_t n, cudaStream_t s);

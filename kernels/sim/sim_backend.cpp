@@ -15,6 +15,7 @@
 #include "base/check.h"
 #include "base/sim_device.h"
 #include "base/trace.h"
+#include "kernels/cpu/attention_kv.h"
 
 namespace rz {
 namespace {
@@ -84,6 +85,12 @@ class SimOps final : public Ops<E> {
     const size_t N = size_t(B) * T;
     cpu().attention_backward_flash(DEV(dqkv, N * 3 * C), DEV(dout, N * C), DEV(qkv, N * 3 * C),
                                    DEV(lse, size_t(B) * NH * T), B, T, C, NH);
+  }
+  void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
+                            int NH, int NKV, int hs) override {
+    check_attention_kv_shape(B, Tq, pos, Tc, NH, NKV, hs);  // before the sizes below are trusted
+    const size_t Q = size_t(B) * Tq * NH * hs, KV = size_t(B) * Tc * NKV * hs;
+    cpu().attention_forward_kv(DEV(out, Q), DEV(q, Q), DEV(k_cache, KV), DEV(v_cache, KV), B, Tq, pos, Tc, NH, NKV, hs);
   }
   void gelu_forward(E* out, const E* inp, size_t n) override { cpu().gelu_forward(DEV(out, n), DEV(inp, n), n); }
   void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {
