@@ -410,7 +410,7 @@ TEST_CASE("the printed table shows what automatic keys resolved to, and from whe
   CHECK(r.at("flight_dir") == "/tmp/fl (auto)");
   CHECK(r.count("device") == 0);  // cpu is not automatic
   // Keys the user set are shown as set.
-  cfg.vocab = 300, cfg.threads = 1, cfg.total_batch_tokens = 1024, cfg.init = "m.bin";
+  cfg.vocab = 300, cfg.threads = 1, cfg.total_batch_tokens = 1024, cfg.init = parse_model_source("m.bin");
   const auto given = resolved_settings(cfg, run);
   CHECK(given.count("vocab") == 0);
   CHECK(given.count("threads") == 0);
