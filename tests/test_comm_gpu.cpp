@@ -19,9 +19,7 @@
 #include "comm/factory.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
-#if RZ_TEST_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
+#include "kernels/device_provider.h"
 #include "gpu_procs.h"
 #include "run_ringzero.h"
 #include "test_comm_util.h"
@@ -34,13 +32,7 @@ using rz::testing::value_of;
 
 namespace {
 
-int gpu_count() {
-#if RZ_TEST_HAVE_CUDA
-  return cuda_device_count();
-#else
-  return 0;
-#endif
-}
+int gpu_count() { return cuda_provider().device_count(); }
 
 Backend& gpu() {
   static std::unique_ptr<Backend> b = make_backend(Device{DeviceKind::cuda, 0});
