@@ -4,6 +4,8 @@
 // outputs poisoned beforehand, tolerances by dtype (gpu_test_util.h). Shapes are small,
 // with channel counts that are not multiples of 32 so every kernel's tail runs, and row
 // counts past one reduction chunk. Skipped (exit 77) without a CUDA backend or a GPU.
+// The cases tagged [gemm] run a second time with RINGZERO_GEMM_FALLBACK=1 (every GEMM
+// through cuBLAS's fallback instead of cuBLASLt: kernels/cuda/launchers.cuh).
 // `test_backend_ops --device sim` (CTest: test_backend_ops_sim, every build) holds the
 // simulated device (kernels/sim) against the CPU instead, bitwise: its ops are the CPU's,
 // so a difference is a bug in the table's checks and translations.
@@ -95,7 +97,7 @@ TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops]", float, bf16) {
   }
 }
 
-TEMPLATE_TEST_CASE("matmul forward and backward", "[ops]", float, bf16) {
+TEMPLATE_TEST_CASE("matmul forward and backward", "[ops][gemm]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(3);
   struct Shape {
@@ -136,7 +138,7 @@ TEMPLATE_TEST_CASE("matmul forward and backward", "[ops]", float, bf16) {
   }
 }
 
-TEMPLATE_TEST_CASE("attention forward and backward", "[ops]", float, bf16) {
+TEMPLATE_TEST_CASE("attention forward and backward", "[ops][gemm]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(4);
   struct Shape {
