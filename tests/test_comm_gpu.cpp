@@ -134,7 +134,7 @@ TEST_CASE("nccl: a stream-form OnDone runs at issue on the comm stream, ordered 
   h2->wait();
 }
 
-TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective, odd counts included") {
+TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective, odd counts included", "[slow]") {
   const int most = std::min(gpu_count(), 4);
   std::vector<int> rank_counts{1};
   if (most > 1) rank_counts.push_back(most);
@@ -151,7 +151,7 @@ TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective,
         }
 }
 
-TEST_CASE("nccl: a rank killed mid-benchmark makes the other fail within its timeout") {
+TEST_CASE("nccl: a rank killed mid-benchmark makes the other fail within its timeout", "[slow]") {
   if (gpu_count() < 2) {
     WARN("one GPU: NCCL needs a GPU per rank, so the killed-rank case needs two");
     return;

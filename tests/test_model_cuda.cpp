@@ -143,7 +143,7 @@ TEST_CASE("GPT-2 on cuda matches cpu: logits, loss, every gradient", "[model][gp
 // second pass over (B*T, 4C), and the per-batch-row attention loop runs B times (1536 with
 // the 65535-block cap). Both attention paths, fp32 and bf16, against the CPU
 // (test_gpu_checks proves the shape passes the cap).
-TEST_CASE("GPT-2 on cuda matches cpu on a batch past the grid cap", "[model][gpu][large]") {
+TEST_CASE("GPT-2 on cuda matches cpu on a batch past the grid cap", "[model][gpu][large][slow]") {
   const ModelShape s = grid_stride_model_shape();
   for (Attention attention : {Attention::materialized, Attention::flash}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {

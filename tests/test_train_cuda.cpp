@@ -77,7 +77,7 @@ Run train(const std::string& tag, const std::string& args) {
 
 }  // namespace
 
-TEST_CASE("train --device cuda matches CPU ranks: ddp and zero2, fp32 and bf16, 1 and 2 ranks") {
+TEST_CASE("train --device cuda matches CPU ranks: ddp and zero2, fp32 and bf16, 1 and 2 ranks", "[slow]") {
   for (const char* prec : {"fp32", "bf16"})
     for (int ranks : {1, 2}) {
       // fp32: the same arithmetic in another order; bf16: both round activations and
@@ -99,7 +99,7 @@ TEST_CASE("train --device cuda matches CPU ranks: ddp and zero2, fp32 and bf16, 
     }
 }
 
-TEST_CASE("on cuda: a save, a resume that continues the loss curve bitwise, sample as the CPU samples") {
+TEST_CASE("on cuda: a save, a resume that continues the loss curve bitwise, sample as the CPU samples", "[slow]") {
   // 5 steps with checkpoints at 3 and 5; then from a copy of step 3, steps 4 and 5 again.
   const std::string common = "--precision fp32 --device cuda:0 --strategy zero2 --nproc-per-node 2 --comm ring --steps 5";
   const fs::path ck = work_dir() / "ck", again = work_dir() / "ck_again";

@@ -140,7 +140,7 @@ const Setting kSettings[] = {
   {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
   {"init", &TrainConfig::init, Allowed::any, "llm.c model checkpoint (.bin) to start from instead of random init"},
   {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)"},
-  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
+  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; cuda is " RZ_GPU_STATUS "; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
   {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
   {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
   {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
