@@ -10,7 +10,11 @@ source scripts/ccache.sh
 launcher=("${rz_ccache_launcher[@]}")
 # MPI off: OpenMPI's own plugins leak at exit (LeakSanitizer reports them from unloaded
 # modules, so no suppression can name them); the MPI backend is tested in the normal build.
-# GPU tests off: with CUDA off they could only skip (the normal build registers them).
+# GPU tests off: with CUDA off they could only skip (the normal build registers them). The
+# GPU test programs built against the CUDA-on-CPU emulator (tests/cuemu, CTest label cuemu:
+# the real kernels, the backend and the cuda transport, compiled by g++) are part of this
+# build and run under ASan+UBSan, which sees their kernels' out-of-bounds accesses; not
+# under TSan: the emulator's CUDA threads are fibers, not threads.
 common=(-G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGZERO_CUDA=OFF -DRINGZERO_MPI=OFF -DRINGZERO_GPU_TESTS=OFF
         -DRINGZERO_WERROR=ON -DRINGZERO_NATIVE=ON "${launcher[@]}")
 what="${1:-all}"

@@ -110,6 +110,18 @@ __global__ void block_x_kernel(unsigned* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = blockIdx.x;
 }
 
+// Votes over the lanes of a 40-thread block (a full warp and 8 lanes), and atomics from
+// every thread of several blocks.
+__global__ void vote_kernel(unsigned* ballot, int* any, int* all, float* total, int* count) {
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned mask = threadIdx.x < 32 ? 0xffffffffu : 0xffu;
+  ballot[threadIdx.x] = __ballot_sync(mask, lane % 3 == 0);
+  any[threadIdx.x] = __any_sync(mask, lane == 20);
+  all[threadIdx.x] = __all_sync(mask, lane < 8);
+  atomicAdd(total, 0.5f);
+  atomicAdd(count, 1);
+}
+
 // Lanes 0-15 wait at a full-mask shuffle, lanes 16-31 at __syncthreads: nobody can move.
 __global__ void deadlock_kernel(float* out) {
   float x = 1.0f;
@@ -292,6 +304,24 @@ TEST_CASE("coordinates in three dimensions, and a grid of 70000 blocks in x", "[
   REQUIRE(last_error().empty());
   const std::vector<unsigned> b = blocks.host();
   for (unsigned x = 0; x < 70000; ++x) REQUIRE(b[x] == x);
+}
+
+TEST_CASE("warp votes over full and partial warps; atomics", "[cuemu]") {
+  Dev<unsigned> ballot(40);
+  Dev<int> any(40), all(40), count(1);
+  Dev<float> total(1);
+  vote_kernel<<<3, 40>>>(ballot.p, any.p, all.p, total.p, count.p);
+  REQUIRE(last_error().empty());
+  const auto b = ballot.host();
+  const auto a = any.host(), l = all.host();
+  for (int t = 0; t < 40; ++t) {
+    CAPTURE(t);
+    CHECK(b[t] == (t < 32 ? 0x49249249u : 0x49u));  // lanes 0, 3, 6, ... (of 32, or of 8)
+    CHECK(a[t] == (t < 32 ? 1 : 0));                 // lane 20 is only in the full warp
+    CHECK(l[t] == (t < 32 ? 0 : 1));                 // only the partial warp has all lanes < 8
+  }
+  CHECK(total.host()[0] == 60.0f);
+  CHECK(count.host()[0] == 120);
 }
 
 TEST_CASE("a deadlock names the barriers the threads wait at", "[cuemu]") {

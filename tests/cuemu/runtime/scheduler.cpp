@@ -75,6 +75,9 @@ const char* op_name(WarpOp op) {
     case WarpOp::shfl_down: return "__shfl_down_sync";
     case WarpOp::shfl_xor: return "__shfl_xor_sync";
     case WarpOp::syncwarp: return "__syncwarp";
+    case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::vote_any: return "__any_sync";
+    case WarpOp::vote_all: return "__all_sync";
   }
   return "?";
 }
@@ -170,9 +173,10 @@ void release(Engine& e, Thread& t, unsigned index) {
   e.runnable.push_back(index);
 }
 
-// The thread that cannot go on: records why, and leaves its fiber for main for good.
-[[noreturn]] void fail_thread(Engine& e, std::string why) {
-  e.fault = std::move(why);
+// The thread that cannot go on (e.fault says why) leaves its fiber for main for good. Its
+// frames are abandoned, never unwound: nothing on them may own memory (a std::string
+// argument here would leak), so callers set e.fault themselves first.
+[[noreturn]] void fail_thread(Engine& e) {
   switch_away(e, &e.running->ctx);
   std::fprintf(stderr, "cuemu: an abandoned thread was resumed\n");
   std::abort();
@@ -215,7 +219,14 @@ bool try_complete_warp(Engine& e, unsigned warp, unsigned lead) {
     const Thread& t = lanes[__builtin_ctz(bits)];
     if (t.op != op || t.mask != mask) return false;  // at another op: it may complete first
   }
-  if (op != WarpOp::syncwarp) {
+  if (op == WarpOp::ballot || op == WarpOp::vote_any || op == WarpOp::vote_all) {
+    // Votes: the bits of the members whose predicate is non-zero.
+    uint32_t ballot = 0;
+    for (uint32_t bits = members; bits != 0; bits &= bits - 1)
+      if (lanes[__builtin_ctz(bits)].value != 0) ballot |= 1u << __builtin_ctz(bits);
+    const uint64_t r = op == WarpOp::ballot ? ballot : op == WarpOp::vote_any ? ballot != 0 : ballot == members;
+    for (uint32_t bits = members; bits != 0; bits &= bits - 1) lanes[__builtin_ctz(bits)].result = r;
+  } else if (op != WarpOp::syncwarp) {
     for (uint32_t bits = members; bits != 0; bits &= bits - 1) {
       const int me = __builtin_ctz(bits);
       Thread& t = lanes[me];
@@ -230,7 +241,7 @@ bool try_complete_warp(Engine& e, unsigned warp, unsigned lead) {
         case WarpOp::shfl_down: j = me + bval; in_range = j <= max_lane; break;
         case WarpOp::shfl_xor: j = me ^ bval; in_range = j <= max_lane; break;
         case WarpOp::shfl_idx: j = min_lane | (bval & ~segmask); in_range = j <= max_lane; break;
-        case WarpOp::syncwarp: break;
+        default: break;
       }
       if (!in_range) j = me;
       if (!(members >> j & 1u)) {
@@ -390,7 +401,7 @@ void syncthreads(const char* file, int line) {
   t.line = line;
   if (++e.sync_waiting == e.live) {
     complete_sync(e);
-    if (!e.fault.empty()) fail_thread(e, e.fault);
+    if (!e.fault.empty()) fail_thread(e);
     return;
   }
   t.state = State::waiting;
@@ -402,11 +413,16 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int b, int width, con
   if (e.current == nullptr) outside_kernel(op_name(op), file, line);
   Thread& t = *e.current;
   const unsigned index = unsigned(&t - e.threads.data()), warp = index / kWarp, lane = index % kWarp;
-  if (!(mask >> lane & 1u))
-    fail_thread(e, fmt("%s at %s:%d: thread %u (warp %u lane %u) is not in its own mask 0x%08x", op_name(op), file, line,
-                       index, warp, lane, mask));
-  if (op != WarpOp::syncwarp && (width < 1 || width > 32 || (width & (width - 1)) != 0))
-    fail_thread(e, fmt("%s at %s:%d: width %d is not a power of 2 in [1, 32]", op_name(op), file, line, width));
+  if (!(mask >> lane & 1u)) {
+    e.fault = fmt("%s at %s:%d: thread %u (warp %u lane %u) is not in its own mask 0x%08x", op_name(op), file, line,
+                  index, warp, lane, mask);
+    fail_thread(e);
+  }
+  const bool shuffle = op == WarpOp::shfl_idx || op == WarpOp::shfl_up || op == WarpOp::shfl_down || op == WarpOp::shfl_xor;
+  if (shuffle && (width < 1 || width > 32 || (width & (width - 1)) != 0)) {
+    e.fault = fmt("%s at %s:%d: width %d is not a power of 2 in [1, 32]", op_name(op), file, line, width);
+    fail_thread(e);
+  }
   t.wait = Wait::warp;
   e.warp_waiting[warp] |= 1u << lane;
   t.op = op;
@@ -417,7 +433,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int b, int width, con
   t.file = file;
   t.line = line;
   if (try_complete_warp(e, warp, lane)) return t.result;  // the last to arrive goes on
-  if (!e.fault.empty()) fail_thread(e, e.fault);
+  if (!e.fault.empty()) fail_thread(e);
   t.state = State::waiting;
   switch_away(e, &t.fiber->ctx);
   return t.result;
@@ -431,13 +447,17 @@ void shared_var(void* p, size_t bytes, const char* file, int line) {
   e.shared_seen.emplace_back(p, bytes);
   e.static_shared += bytes;
   const size_t static_limit = device_props().sharedMemPerBlock;
-  if (e.static_shared > static_limit)
-    fail_thread(e, fmt("__shared__ at %s:%d: %zu bytes of static shared memory, more than %zu (ptxas refuses it)",
-                       file, line, e.static_shared, static_limit));
-  if (e.static_shared + e.shmem > e.shared_limit)
-    fail_thread(e, fmt("__shared__ at %s:%d: %zu bytes of static and %zu of dynamic shared memory, more than the %zu a "
-                       "block may use",
-                       file, line, e.static_shared, e.shmem, e.shared_limit));
+  if (e.static_shared > static_limit) {
+    e.fault = fmt("__shared__ at %s:%d: %zu bytes of static shared memory, more than %zu (ptxas refuses it)", file,
+                  line, e.static_shared, static_limit);
+    fail_thread(e);
+  }
+  if (e.static_shared + e.shmem > e.shared_limit) {
+    e.fault = fmt("__shared__ at %s:%d: %zu bytes of static and %zu of dynamic shared memory, more than the %zu a "
+                  "block may use",
+                  file, line, e.static_shared, e.shmem, e.shared_limit);
+    fail_thread(e);
+  }
   std::memset(p, 0xff, bytes);  // undefined at the block's start: NaN for floats
 }
 

@@ -43,7 +43,7 @@ namespace detail {
 extern __thread ThreadCoords* t_thread;
 extern __thread BlockCoords* t_block;
 
-enum class WarpOp : uint8_t { shfl_idx, shfl_up, shfl_down, shfl_xor, syncwarp };
+enum class WarpOp : uint8_t { shfl_idx, shfl_up, shfl_down, shfl_xor, syncwarp, ballot, vote_any, vote_all };
 void syncthreads(const char* file, int line);
 uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int b, int width, const char* file, int line);
 // A rewritten `__shared__` declaration reached by a thread (once per block it poisons the
@@ -112,6 +112,66 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize, con
                                                         ::cuemu::to_bits(var), lane_mask, width, file, line));
 }
 
+// Warp votes: barriers of the named lanes like the shuffles; the bits (or the answer) over
+// the lanes of the mask that have not returned.
+inline unsigned __ballot_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+  return unsigned(::cuemu::detail::warp_op(::cuemu::detail::WarpOp::ballot, mask, predicate != 0, 0, warpSize, file,
+                                           line));
+}
+inline int __any_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return int(::cuemu::detail::warp_op(::cuemu::detail::WarpOp::vote_any, mask, predicate != 0, 0, warpSize, file,
+                                      line));
+}
+inline int __all_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return int(::cuemu::detail::warp_op(::cuemu::detail::WarpOp::vote_all, mask, predicate != 0, 0, warpSize, file,
+                                      line));
+}
+
+// Atomics, as the host's atomic operations: kernels on different OS threads (a comm
+// thread's stream) may run at the same time; within a block threads run one at a time, so
+// atomics never race there, and contention and ordering are not exercised.
+template <typename T>
+T atomicAdd(T* p, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T old, sum;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do {
+      sum = old + v;
+    } while (!__atomic_compare_exchange(p, &old, &sum, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    return old;
+  } else {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+  }
+}
+template <typename T>
+T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <typename T>
+T atomicCAS(T* p, T compare, T v) {
+  __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return compare;
+}
+template <typename T>
+T atomicMax(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+template <typename T>
+T atomicMin(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  }
+  return old;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <typename T>
+T __ldg(const T* p) { return *p; }
+
 // --- bit casts and math the kernels use (CUDA's device functions; the host's libm gives
 // results within a few ulps of the GPU's, never bit for bit).
 inline unsigned int __float_as_uint(float f) { return ::cuemu::from_bits<unsigned int>(::cuemu::to_bits(f)); }
@@ -119,6 +179,10 @@ inline float __uint_as_float(unsigned int u) { return ::cuemu::from_bits<float>(
 inline int __float_as_int(float f) { return ::cuemu::from_bits<int>(::cuemu::to_bits(f)); }
 inline float __int_as_float(int i) { return ::cuemu::from_bits<float>(::cuemu::to_bits(i)); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// The fast-math intrinsics, as the accurate functions (a GPU's are a few ulps looser).
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 // CUDA's integer and floating min/max overloads in the global namespace.
 inline int min(int a, int b) { return a < b ? a : b; }
 inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
