@@ -370,6 +370,9 @@ TEST_CASE("launches past CUDA's limits are refused through CUDA_CHECK_LAUNCH", "
                                                Catch::Contains("grid (1, 70000, 1)"));
   write_kernel<<<1, dim3(32, 1, 65)>>>(out.p, 32);
   CHECK_THROWS_WITH(check("write_kernel"), Catch::Contains("invalid configuration argument"));
+  write_kernel<<<0x80000000u, 32>>>(out.p, 32);  // grid.x past 2^31 - 1
+  CHECK_THROWS_WITH(check("write_kernel"), Catch::Contains("invalid configuration argument") &&
+                                               Catch::Contains("grid (2147483648, 1, 1)"));
   write_kernel<<<0, 32>>>(out.p, 32);
   CHECK_THROWS_WITH(check("write_kernel"), Catch::Contains("zero dimension"));
   write_kernel<<<1, 1024>>>(out.p, 32);
