@@ -59,28 +59,10 @@ std::unique_ptr<Communicator> connect_mpi_communicator(const RankEnv&, const Com
 }
 #endif
 
-#ifndef RINGZERO_HAVE_NCCL
-bool nccl_backend_built() { return false; }
-std::string nccl_unavailable() {
-  return "this ringzero was built without NCCL (it needs the CUDA toolkit with nccl.h and libnccl; CMake option "
-         "RINGZERO_NCCL)";
-}
-int nccl_cuda_device_count(int) { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
-std::unique_ptr<NcclCalls> make_cuda_nccl_calls() { RZ_FAIL("comm nccl: %s", nccl_unavailable().c_str()); }
-#endif
-
-#ifndef RINGZERO_HAVE_CUDA_RING
-std::string cuda_ring_unavailable() {
-  return "this ringzero was built without CUDA (the ring's cuda transport needs nvcc; CMake option RINGZERO_CUDA)";
-}
-int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
-  if (opts.sim_device) return sim_ring_device_for(env, opts);
-  RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
-}
-std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, size_t) {
-  RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
-}
-#endif
+// The nccl and cuda-transport entry points come from the provider linked into the
+// executable (comm/CMakeLists.txt): the CUDA runtime's (transport/cuda_ring.cpp,
+// nccl/nccl_calls_cuda.cpp), the CUDA-on-CPU emulator's in tests, or none
+// (transport/cuda_ring_none.cpp, nccl/nccl_calls_none.cpp).
 
 // The host ring between processes (shm on one host, else tcp) over the claimed store.
 static std::unique_ptr<RingCommunicator> connect_host_ring(const RankEnv& env, const CommOptions& opts,

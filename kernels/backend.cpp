@@ -3,31 +3,22 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/device_provider.h"
 #include "kernels/sim/sim_backend.h"
-#if RINGZERO_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace rz {
 
-bool cuda_backend_built() {
-#if RINGZERO_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+// The cuda kind is served by whichever provider this executable links
+// (kernels/device_provider.h): the CUDA runtime's, the emulator's in tests, or none.
+bool cuda_backend_built() { return cuda_provider().make_backend != nullptr; }
 
 std::unique_ptr<Backend> make_backend(Device dev) {
   if (dev.is_cpu()) return make_cpu_backend();
   if (dev.kind == DeviceKind::sim) return make_sim_backend(dev.index);
-#if RINGZERO_HAVE_CUDA
-  return make_cuda_backend(dev.index);
-#else
-  fail(strfmt("device %s: this build has no CUDA backend (rebuild with nvcc installed, or "
-              "-DRINGZERO_CUDA=ON)",
-              device_name(dev).c_str()));
-#endif
+  const DeviceProvider& cuda = cuda_provider();
+  if (cuda.make_backend == nullptr)
+    fail(strfmt("device %s: %s", device_name(dev).c_str(), cuda.unavailable().c_str()));
+  return cuda.make_backend(dev.index);
 }
 
 Backend& cpu_backend() {

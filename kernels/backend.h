@@ -38,8 +38,10 @@
 
 // What --help says of the GPU code's status (the CUDA backend, the ring's cuda transport,
 // nccl; docs/cuda.md, docs/gpu-comm.md), written once so that it changes in one place. A
-// macro, so that it joins the string literals of the settings table's help.
-#define RZ_GPU_STATUS "never run on a GPU yet"
+// macro, so that it joins the string literals of the settings table's help. The kernels,
+// the backend's host logic and the cuda transport run in every CI run on the CUDA-on-CPU
+// emulator (tests/cuemu); nothing has run on a GPU, and NCCL has not run at all.
+#define RZ_GPU_STATUS "never run on a GPU yet; CI runs the CUDA code on a CPU emulator, NCCL not at all"
 
 namespace rz {
 

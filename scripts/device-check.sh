@@ -6,14 +6,20 @@
 # package registry: the header-only dependencies and a static libcrypto travel in .deps/
 # (scripts/carry-deps.sh).
 #
-#   correct  (at most 240 s)  configure + build (Release, sm_$CUDA_ARCH, no -Werror: the
-#            device's compiler is not ours), every GPU test (CTest label "gpu", with
-#            RINGZERO_CUDA_SYNC=1 so an error names its kernel), a 30-step
-#            `train --device cuda` of d12 in bf16 on text the repository ships (README.md
-#            and docs/*.md through the shipped GPT-2 tokenizer) whose loss must fall and
-#            whose first loss must match a one-step CPU run's within bf16 tolerance, a save
-#            and a resume, `sample` on the GPU, and compute-sanitizer memcheck on the op
-#            test where the tool runs ("not exercised" where it does not).
+#   correct  (at most 280 s, about 210 planned)  configure + build (Release, sm_$CUDA_ARCH,
+#            no -Werror: the device's compiler is not ours; NCCL required, found from
+#            PyTorch's wheel where the toolkit has none), then, with RINGZERO_CUDA_SYNC=1 so
+#            an error names its kernel: the quick GPU tests (CTest label "gpu", 4 at a time);
+#            the cuBLASLt conformance program (which configurations the real library offers
+#            no algorithm for goes into the summary); then three things side by side: the slow
+#            GPU tests (label "gpu_slow": multi-rank jobs, killed ranks, CPU references of
+#            large batches), compute-sanitizer memcheck on the op test where the tool runs
+#            ("not exercised" where it is missing or refuses the device), and a 30-step
+#            `train --device cuda` of d12 in bf16 on text the repository ships (README.md and
+#            docs/*.md through the shipped GPT-2 tokenizer) whose loss must fall and whose
+#            first loss must match a one-step CPU run's within bf16 tolerance, a save and a
+#            resume, `sample` on the GPU. On a lease a GPU test that skips is a failure: it
+#            means no device, or a part missing from the build.
 #   fast     (at most 180 s)  bench-step --device cuda (d12 bf16 T=1024 B=16, then flash),
 #            comm-bench on GPU ranks (nccl, one rank per GPU; the ring's cuda transport, 2
 #            ranks on GPU 0) and the PyTorch peer (bench/torch_gpt2_step.py). Meant to run
@@ -22,10 +28,11 @@
 #            needed, no lease: its budget is an hour (scripts/fresh-machine-check.sh
 #            --device-shaped runs it in CI on 2 cores).
 #
-# Start + correct + a rerun of correct + fast fits the 15 minutes. Every step runs under
-# `timeout` with the smaller of its own share and what is left of the phase's budget, so a
-# phase cannot overrun whatever the device does; a step with no time left is skipped and
-# says so. All logs go into one archive, $OUT/device-check-PHASE.tar.gz (out/device-check/
+# Start (1-2 min) + correct + a rerun of correct (about 2 min warm: nothing to build) +
+# fast fits the 15 minutes with about 2 minutes to spare. Every step runs under `timeout`
+# with the smaller of its own share and what is left of the phase's budget, so a phase
+# cannot overrun whatever the device does; a step that would not finish in what is left
+# (its expected time) is skipped and says so, rather than started and cut off. All logs go into one archive, $OUT/device-check-PHASE.tar.gz (out/device-check/
 # without $OUT), beside $OUT/device-check-PHASE-summary.md, the table printed last: two
 # files per call. --dry-run prints each step's command and limit and runs nothing.
 # Exit status: 0 when every step that ran passed, 1 otherwise.
@@ -48,7 +55,7 @@ for a in "$@"; do
 done
 [ -n "$PHASE" ] || { echo "device-check: name a phase: correct, fast or build" >&2; exit 2; }
 # The device phases' budgets fit a lease; `build` runs in CI on 2 cores, not on a lease.
-case "$PHASE" in correct) BUDGET=240 ;; fast) BUDGET=180 ;; build) BUDGET=3600 ;; esac
+case "$PHASE" in correct) BUDGET=280 ;; fast) BUDGET=180 ;; build) BUDGET=3600 ;; esac
 BUDGET=${DEVICE_CHECK_BUDGET_S:-$BUDGET}  # a smaller one for trying the script out
 RESERVE=8                                 # seconds kept for the archive and the summary
 GRACE=3                                   # timeout's -k: a step that ignores SIGTERM is killed after this
@@ -79,17 +86,28 @@ row() { ROWS+=("| $1 | $2 | $3 | $4 | $5 |"); }
 note() { row "$1" "$2" "" "" ""; echo "== $1: $2"; }
 # step NAME SHARE LOG CMD...: CMD under timeout, limited to min(SHARE, what is left), its
 # output in LOG; a row with ok / FAILED (rc) / TIMEOUT / skipped. Returns CMD's status.
+# Skipped (status 125) when what is left is less than the step's expected time (EXPECT,
+# the estimate for a 16-core H200 machine): a step that cannot finish is not started.
+# ALLOW_RC=N (or any): that exit status is left for the caller to judge (not marked FAILED).
+limit_for() {  # SHARE -> the limit, or nothing when the step would not finish
+  local share=$1 left=$((DEADLINE - $(now) - GRACE)) need=${EXPECT:-5}
+  [ "$need" -ge 5 ] || need=5
+  if [ "$left" -lt "$need" ]; then return 1; fi
+  [ "$left" -lt "$share" ] && share=$left
+  echo "$share"
+}
+skip_row() {  # NAME SHARE LOG
+  row "$1" "skipped (needs about ${EXPECT:-5}s, $((DEADLINE - $(now) - GRACE))s left of ${BUDGET}s)" 0 "$2" "$3"
+  echo "== $1: skipped, not enough time left"
+}
+status_of() {  # RC LIMIT -> ok / TIMEOUT / FAILED
+  if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then echo "TIMEOUT (${2}s)"; elif [ "$1" -ne 0 ]; then echo "FAILED (rc $1)"; else echo ok; fi
+}
 step() {
   local name=$1 share=$2 log=$3
   shift 3
-  local left=$((DEADLINE - $(now) - GRACE))
-  local limit=$share
-  [ "$left" -lt "$limit" ] && limit=$left
-  if [ "$limit" -lt 5 ]; then
-    row "$name" "skipped (no time left in the ${BUDGET}s budget)" 0 "$share" "$log"
-    echo "== $name: skipped, no time left"
-    return 125
-  fi
+  local limit
+  if ! limit=$(limit_for "$share"); then skip_row "$name" "$share" "$log"; return 125; fi
   if [ "$DRY" = 1 ]; then
     local expect=${EXPECT:-$limit}
     [ "$expect" -le "$limit" ] || expect=$limit
@@ -99,15 +117,77 @@ step() {
     return 0
   fi
   echo "== $name ($(($(now) - START))s in, limit ${limit}s)"
-  local t0 rc status=ok
+  local t0 rc status
   t0=$(now)
   timeout -k "$GRACE" "$limit" "$@" >"$LOGS/$log" 2>&1
   rc=$?
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="TIMEOUT (${limit}s)"; elif [ $rc -ne 0 ]; then status="FAILED (rc $rc)"; fi
-  [ $rc -eq 0 ] || FAILED=1
+  status=$(status_of $rc "$limit")
+  if [ $rc -ne 0 ] && [ "${ALLOW_RC:-}" != any ] && [ "$rc" != "${ALLOW_RC:-}" ]; then FAILED=1; fi
   row "$name" "$status" "$(($(now) - t0))" "$limit" "$log"
   tail -n 4 "$LOGS/$log"
   return $rc
+}
+
+# Steps side by side: step_bg starts one in the background (the same rules as step);
+# wait_bg waits for every one started and adds their rows. In a dry run a background step
+# takes no time on the pretend clock until wait_bg, which moves it to the latest end.
+declare -a BG_PIDS=() BG_NAMES=() BG_T0=() BG_LIMITS=() BG_LOGS=() BG_ALLOW=()
+BG_SIM_END=0
+step_bg() {
+  local name=$1 share=$2 log=$3
+  shift 3
+  local limit
+  if ! limit=$(limit_for "$share"); then skip_row "$name" "$share" "$log"; return 125; fi
+  if [ "$DRY" = 1 ]; then
+    local expect=${EXPECT:-$limit}
+    [ "$expect" -le "$limit" ] || expect=$limit
+    printf '%4ss  %-34s expect %3ss  limit %3ss  (background) %s\n' "$SIM" "$name" "$expect" "$limit" "$*"
+    row "$name" "dry run (expect ${expect}s, side by side)" "$expect" "$limit" "$log"
+    [ $((SIM + expect)) -le "$BG_SIM_END" ] || BG_SIM_END=$((SIM + expect))
+    return 0
+  fi
+  echo "== $name ($(($(now) - START))s in, limit ${limit}s, in the background)"
+  timeout -k "$GRACE" "$limit" "$@" >"$LOGS/$log" 2>&1 &
+  BG_PIDS+=($!)
+  BG_NAMES+=("$name")
+  BG_T0+=("$(now)")
+  BG_LIMITS+=("$limit")
+  BG_LOGS+=("$log")
+  BG_ALLOW+=("${ALLOW_RC:-}")
+  return 0
+}
+# After wait_bg: BG_RC[name] is each background step's exit status.
+declare -A BG_RC=()
+wait_bg() {
+  if [ "$DRY" = 1 ]; then
+    [ "$BG_SIM_END" -le "$SIM" ] || SIM=$BG_SIM_END
+    return 0
+  fi
+  local i rc
+  for i in "${!BG_PIDS[@]}"; do
+    wait "${BG_PIDS[$i]}"
+    rc=$?
+    BG_RC["${BG_NAMES[$i]}"]=$rc
+    if [ $rc -ne 0 ] && [ "${BG_ALLOW[$i]}" != any ] && [ "$rc" != "${BG_ALLOW[$i]}" ]; then FAILED=1; fi
+    local status
+    status="$(status_of $rc "${BG_LIMITS[$i]}") (side by side)"
+    [ "${BG_ALLOW[$i]}" = any ] && [ $rc -ne 0 ] && status="ended with rc $rc (side by side; judged below)"
+    row "${BG_NAMES[$i]}" "$status" "$(($(now) - ${BG_T0[$i]}))" "${BG_LIMITS[$i]}" "${BG_LOGS[$i]}"
+    echo "== ${BG_NAMES[$i]}: $(status_of $rc "${BG_LIMITS[$i]}")"
+    tail -n 4 "$LOGS/${BG_LOGS[$i]}"
+  done
+  BG_PIDS=()
+}
+
+# On a lease a skipped GPU test is a failure: "no device" is what a skip says.
+fail_on_skips() {  # NAME LOG
+  [ "$DRY" = 1 ] && return
+  local skipped
+  skipped=$(grep -cE "\*\*\*Skipped|Not Run" "$LOGS/$2" 2>/dev/null)
+  if [ "${skipped:-0}" -gt 0 ]; then
+    note "$1" "FAILED: $skipped GPU test(s) skipped on a lease: no device seen, or a part missing from the build ($2)"
+    FAILED=1
+  fi
 }
 
 machine_info() {
@@ -119,7 +199,8 @@ machine_info() {
 }
 
 # The build every phase uses: its flags and targets are what device-check runs, no more.
-GPU_TESTS=(test_backend_ops test_model_cuda test_comm_gpu test_comm_cuda_ring_gpu test_zero_gpu)
+GPU_TESTS=(test_backend_ops test_model_cuda test_comm_gpu test_comm_cuda_ring_gpu test_zero_gpu test_train_cuda
+           test_cublaslt_conformance)
 TARGETS=(ringzero "${GPU_TESTS[@]}")
 configure_and_build() {
   if [ ! -d .deps/usr ] && [ "$DRY" = 0 ]; then
@@ -129,12 +210,13 @@ configure_and_build() {
   fi
   EXPECT=$([ "$PHASE" = fast ] && echo 3 || echo 15) step configure 60 configure.log \
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGZERO_WERROR=OFF -DRINGZERO_CUDA=ON -DRINGZERO_PTXAS_VERBOSE=ON \
+    -DRINGZERO_NCCL=ON -DRINGZERO_CUEMU=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DCMAKE_PREFIX_PATH="$ROOT/.deps/usr" \
     -DOPENSSL_ROOT_DIR="$ROOT/.deps/usr" -DOPENSSL_USE_STATIC_LIBS=TRUE --no-warn-unused-cli || return 1
   # One line each for oneDNN, MPI, CUDA and NCCL: which was found, or why none.
   [ "$DRY" = 1 ] || grep -h '^-- ringzero: ' "$LOGS/configure.log" | sed 's/^-- //' >"$LOGS/configure-parts.txt"
   # fast expects the machine correct left warm: ninja then has nothing to do.
-  local share=200 expect=75
+  local share=180 expect=80
   [ "$PHASE" = build ] && share=$BUDGET
   [ "$PHASE" = fast ] && expect=5
   EXPECT=$expect step build "$share" build.log cmake --build "$BUILD" --parallel "$NPROC" --target "${TARGETS[@]}" || return 1
@@ -180,37 +262,56 @@ check_losses() {
   fi
 }
 
-# compute-sanitizer memcheck over the op test's fp32 cases (Catch2 names them "... - float").
-# "not exercised" when the tool is missing or refuses this GPU/driver (its own error, not
-# an error in ringzero).
-memcheck() {
+# compute-sanitizer memcheck over the op test's fp32 cases (Catch2 names them "... - float"),
+# in the background (memcheck_start), judged by memcheck_judge once it has ended: "not
+# exercised", not a failure, where the tool is missing or refuses this GPU or driver (its
+# own error, not one in ringzero); its own report of an error (exit 99) fails the phase.
+MEMCHECK=""
+memcheck_start() {
   local cs
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ "$DRY" = 0 ] && [ ! -x "$cs" ]; then
     note "memcheck test_backend_ops" "not exercised: no compute-sanitizer in PATH or /usr/local/cuda/bin"
     return
   fi
-  EXPECT=40 step "memcheck test_backend_ops" 60 memcheck.log \
+  MEMCHECK="memcheck test_backend_ops"
+  # Every status but 0 and 99 is judged below (ALLOW_RC names one: the judge re-marks the rest).
+  EXPECT=40 ALLOW_RC=any step_bg "$MEMCHECK" 90 memcheck.log \
     env RINGZERO_CUDA_SYNC=1 "$cs" --tool memcheck --error-exitcode 99 --leak-check no \
-    "$BUILD/tests/test_backend_ops" "*float"
-  local rc=$?
-  if [ $rc -ne 0 ] && [ $rc -ne 99 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] &&
-     grep -qiE "not supported|unable to|Target application terminated before first instrumented API|device not found" \
+    "$BUILD/tests/test_backend_ops" "*float" || MEMCHECK=""
+}
+memcheck_judge() {
+  [ "$DRY" = 0 ] && [ -n "$MEMCHECK" ] || return
+  local rc=${BG_RC[$MEMCHECK]:-0}
+  [ "$rc" -eq 0 ] && return
+  if [ "$rc" -ne 99 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] &&
+     grep -qiE "not supported|unable to|Target application terminated before first instrumented API|device not found|no CUDA-capable device|insufficient driver" \
        "$LOGS/memcheck.log" 2>/dev/null; then
-    note "memcheck test_backend_ops" "not exercised: compute-sanitizer refused here (memcheck.log)"
+    note "$MEMCHECK" "not exercised: compute-sanitizer refused here, rc $rc (memcheck.log)"
+  else
+    note "$MEMCHECK" "FAILED: rc $rc$([ "$rc" -eq 99 ] && echo ', memcheck reported errors') (memcheck.log)"
+    FAILED=1
   fi
 }
 
 phase_correct() {
   configure_and_build || return
-  EXPECT=45 step "gpu tests" 80 gpu-tests.log \
-    env RINGZERO_CUDA_SYNC=1 ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error
+  local ctest=(ctest --test-dir "$BUILD" --output-on-failure --no-tests=error -j 4)
+  EXPECT=40 step "gpu tests (quick, 4 at a time)" 90 gpu-tests.log \
+    env RINGZERO_CUDA_SYNC=1 "${ctest[@]}" -L '^gpu$' -E '^test_cublaslt_conformance$'
+  fail_on_skips "gpu tests (quick)" gpu-tests.log
+  [ "$DRY" = 1 ] || cp "$BUILD/Testing/Temporary/LastTest.log" "$LOGS/gpu-tests-all-output.log" 2>/dev/null
+  EXPECT=3 step "cuBLASLt conformance" 30 conformance.log "$BUILD/tests/test_cublaslt_conformance"
+  # Side by side from here: the slow tests and memcheck in the background, the d12 run here.
+  EXPECT=70 step_bg "gpu tests (slow, 4 at a time)" 150 gpu-slow-tests.log \
+    env RINGZERO_CUDA_SYNC=1 "${ctest[@]}" -L '^gpu_slow$'
+  memcheck_start
   local rz=$BUILD/ringzero
   rm -rf "$WORK/text" "$WORK/ckpt"
   EXPECT=2 step "prepare text (gpt2)" 30 prepare.log \
     "$rz" prepare --input README.md docs/*.md --tokenizer gpt2 --gpt2-dir "$ROOT/data/gpt2" \
     --out "$WORK/text" --val-fraction 0 --quiet
-  EXPECT=12 step "cpu d12 bf16, 1 step" 40 train-cpu.log \
+  EXPECT=15 step "cpu d12 bf16, 1 step" 45 train-cpu.log \
     "$rz" "${TRAIN[@]}" --device cpu --steps 1 --threads "$NPROC" --metrics "$LOGS/cpu-metrics.jsonl"
   EXPECT=20 step "cuda d12 bf16, 30 steps + save" 50 train-cuda.log \
     env RINGZERO_CUDA_SYNC=1 "$rz" "${TRAIN[@]}" --device cuda --steps 30 --save-dir "$WORK/ckpt" --keep 1 \
@@ -228,7 +329,9 @@ phase_correct() {
   EXPECT=8 step "sample on cuda" 25 sample.log \
     "$rz" sample --model "${newest:-$WORK/ckpt/step_00000032}" --tokenizer gpt2 --gpt2-dir "$ROOT/data/gpt2" --device cuda \
     --precision bf16 --tokens 32 --top-k 40 --prompt "The ring"
-  memcheck
+  wait_bg
+  fail_on_skips "gpu tests (slow)" gpu-slow-tests.log
+  memcheck_judge
 }
 
 phase_fast() {
@@ -282,7 +385,9 @@ summary=$DEST/device-check-$PHASE-summary.md
   echo
   [ -s "$LOGS/configure-parts.txt" ] && sed 's/^/    /' "$LOGS/configure-parts.txt"
   [ -f "$LOGS/ptxas-spills.txt" ] && echo "ptxas spills (non-zero): $(wc -l <"$LOGS/ptxas-spills.txt") kernels"
-  grep -h -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Skipped|Not Run" "$LOGS/gpu-tests.log" 2>/dev/null | head -n 8
+  grep -h -E "tests passed|tests failed|\*\*\*Failed|\*\*\*Skipped|\*\*\*Timeout|Not Run" "$LOGS/gpu-tests.log" \
+    "$LOGS/gpu-slow-tests.log" 2>/dev/null | head -n 12
+  grep -h -E "^on |cuBLASLt offered|no algorithm|NOT_SUPPORTED|FAILED|passed|failed" "$LOGS/conformance.log" 2>/dev/null | head -n 12
   grep -h -E "^\|.*(bf16|fp32).*\|" "$LOGS"/bench-b16*.log 2>/dev/null | head -n 4
   grep -h -E "GEMM|torch-step" "$LOGS/torch.log" 2>/dev/null | head -n 4
   grep -h -E "copy|^ +(1024|268435456) " "$LOGS"/comm-bench-*.log 2>/dev/null | head -n 8

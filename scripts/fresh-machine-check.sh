@@ -237,7 +237,8 @@ else
   stage "device-check.sh build" "${IN_ROOT[@]}" "cd /root/ringzero && ${launchers}bash scripts/device-check.sh build"
   # Linked is not enough: each binary must start here, and each GPU test skip (77: no GPU).
   stage "binaries start; GPU tests skip" "${IN_ROOT[@]}" "cd /root/ringzero && build-gpu/ringzero --help >/dev/null &&
-    for t in $(printf 'build-gpu/tests/%s ' test_backend_ops test_model_cuda test_comm_gpu test_comm_cuda_ring_gpu test_zero_gpu); do
+    for t in $(printf 'build-gpu/tests/%s ' test_backend_ops test_model_cuda test_comm_gpu test_comm_cuda_ring_gpu test_zero_gpu \
+               test_train_cuda test_cublaslt_conformance); do
       \"\$t\" >/dev/null 2>&1; rc=\$?; [ \$rc = 77 ] || { echo \"\$t exited \$rc, not 77 (skip)\"; exit 1; }
       echo \"\$t: skipped (77)\"; done"
 fi

@@ -78,9 +78,18 @@ inline double rel_norm(const float* got, const float* ref, size_t n) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-// test_model_cuda's shape past the grid cap: N = B*T = 98304 rows, so the MLP's GELU and
-// its bias broadcast over (N, 4C) = 25.2M elements take two grid-stride passes; one layer
-// and the byte vocabulary keep the CPU reference at a few seconds.
+// Rows of T positions that make (rows, 4C) -- the MLP's GELU and bias broadcast -- one and a
+// half grid-stride passes (kernels/cuda/grid.h), so every thread takes a second pass: 1536
+// rows of T = 64 and C = 64 with the 65535-block cap (25.2M elements); 2 on the CUDA-on-CPU
+// emulator, whose build lowers the cap to 64 blocks.
+constexpr int grid_stride_batch(int T, int C) {
+  const size_t per_pass = cuda::kMaxGridBlocks * size_t(cuda::kThreads);
+  const size_t row = size_t(T) * 4 * size_t(C);
+  return int((3 * per_pass / 2 + row - 1) / row);
+}
+
+// test_model_cuda's shape past the grid cap: one layer and the byte vocabulary keep the
+// CPU reference at a few seconds, and the per-batch-row attention loop runs B times.
 struct ModelShape {
   GPT2Config cfg;
   int B, T;
@@ -93,14 +102,14 @@ inline ModelShape grid_stride_model_shape() {
   s.cfg.max_seq_len = 64;
   s.cfg.vocab_size = 257;
   finalize_config(s.cfg);
-  s.B = 1536;
   s.T = 64;
+  s.B = grid_stride_batch(s.T, s.cfg.channels);
   return s;
 }
 
-// test_zero_gpu's batch per rank for the tiny preset (C = 64): B*T = 98304 rows, the same
-// grid-stride second pass over (B*T, 4C) as above, through `ringzero train`.
-constexpr int kLargeBatch = 1536, kLargeSeq = 64;
+// test_zero_gpu's batch per rank for the tiny preset (C = 64): the same grid-stride second
+// pass over (B*T, 4C) as above, through `ringzero train`.
+constexpr int kLargeSeq = 64, kLargeBatch = grid_stride_batch(kLargeSeq, 64);
 
 // One optimizer step of `train --metrics` (its JSONL lines).
 struct StepMetrics {

@@ -33,24 +33,17 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "kernels/backend.h"
+#include "kernels/device_provider.h"
 #include "tests/gpu_compare.h"
-#if RZ_TEST_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace rz::test {
 
 constexpr int kSkipCode = 77;
 
-// Why GPU tests cannot run here, or "" when they can.
-inline std::string gpu_unavailable() {
-#if RZ_TEST_HAVE_CUDA
-  if (cuda_device_count() == 0) return "no CUDA device (or no driver) visible to this process";
-  return "";
-#else
-  return "this build has no CUDA backend";
-#endif
-}
+// Why GPU tests cannot run here, or "" when they can: asked of the cuda provider this
+// program links (kernels/device_provider.h): the CUDA runtime, none, or the CUDA-on-CPU
+// emulator in the tests' *_cuemu programs.
+inline std::string gpu_unavailable() { return cuda_provider().unavailable(); }
 
 // The backend under test: cuda:0, or sim:0 with --device sim (bitwise: the CPU's ops).
 struct BackendUnderTest {

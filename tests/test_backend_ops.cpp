@@ -4,6 +4,8 @@
 // outputs poisoned beforehand, tolerances by dtype (gpu_test_util.h). Shapes are small,
 // with channel counts that are not multiples of 32 so every kernel's tail runs, and row
 // counts past one reduction chunk. Skipped (exit 77) without a CUDA backend or a GPU.
+// The cases tagged [gemm] run a second time with RINGZERO_GEMM_FALLBACK=1 (every GEMM
+// through cuBLAS's fallback instead of cuBLASLt: kernels/cuda/launchers.cuh).
 // `test_backend_ops --device sim` (CTest: test_backend_ops_sim, every build) holds the
 // simulated device (kernels/sim) against the CPU instead, bitwise: its ops are the CPU's,
 // so a difference is a bug in the table's checks and translations.
@@ -46,6 +48,24 @@ TEMPLATE_TEST_CASE("encoder forward and backward", "[ops]", float, bf16) {
   }
 }
 
+// The token gradient launches one block column per distinct token (encoder.cu): a batch of
+// 70000 distinct tokens is a grid 70000 blocks wide, past the 65535 a grid's y and z may
+// have (x may have 2^31 - 1). A vocabulary that large is a real one (Llama 3's has 128256).
+TEMPLATE_TEST_CASE("encoder backward over more than 65535 distinct tokens", "[ops][large]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(13);
+  const int B = 2, T = 35000, C = 3, Vp = 70003;
+  std::vector<int> inp(size_t(B) * T);
+  for (size_t i = 0; i < inp.size(); ++i) inp[i] = int((i * 7919) % Vp);  // distinct: 7919 is prime to Vp
+  auto dout = random_vec<E>(inp.size() * C, rng);
+  auto dwte = random_vec<E>(size_t(Vp) * C, rng), dwpe = random_vec<E>(size_t(T) * C, rng);
+  DevBuf<E> d_dout(dout), d_dwte(dwte), d_dwpe(dwpe);
+  cpu().ops<E>().encoder_backward(dwte.data(), dwpe.data(), dout.data(), inp.data(), B, T, C);
+  gpu().ops<E>().encoder_backward(d_dwte.ptr(), d_dwpe.ptr(), d_dout.ptr(), inp.data(), B, T, C);
+  compare("encoder_backward dwte (70000 tokens)", d_dwte.host(), dwte, tol<E>());
+  compare("encoder_backward dwpe (70000 tokens)", d_dwpe.host(), dwpe, tol<E>());
+}
+
 TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(2);
@@ -77,7 +97,7 @@ TEMPLATE_TEST_CASE("layernorm forward and backward", "[ops]", float, bf16) {
   }
 }
 
-TEMPLATE_TEST_CASE("matmul forward and backward", "[ops]", float, bf16) {
+TEMPLATE_TEST_CASE("matmul forward and backward", "[ops][gemm]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(3);
   struct Shape {
@@ -118,7 +138,7 @@ TEMPLATE_TEST_CASE("matmul forward and backward", "[ops]", float, bf16) {
   }
 }
 
-TEMPLATE_TEST_CASE("attention forward and backward", "[ops]", float, bf16) {
+TEMPLATE_TEST_CASE("attention forward and backward", "[ops][gemm]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(4);
   struct Shape {
@@ -451,12 +471,14 @@ TEST_CASE("adamw_update: the three storage cases match the CPU", "[ops]") {
   SECTION("bf16 params, fp32 grads, fp32 master") { bf16_case(g); }
 }
 
-// Grid-stride kernels cap their grid at 65535 blocks of 256 threads (common.cuh): past
-// 65535 * 256 elements every thread takes a second pass. One AdamW call over 100 tensor
-// spans (two launches of at most 64 spans, decay flags mixed) and the elementwise ops, at
-// that size, against the CPU.
-TEST_CASE("past 65535 blocks: AdamW over many tensors in one call, conversions, GELU", "[ops][large]") {
-  const size_t n = size_t(65535) * 256 + 4099;
+// Grid-stride kernels cap their grid at kMaxGridBlocks blocks of 256 threads
+// (kernels/cuda/grid.h: 65535; 64 in the CUDA-on-CPU emulator's build): past that many
+// elements every thread takes a second pass. One AdamW call over 100 tensor spans (two
+// launches of at most 64 spans, decay flags mixed) and the elementwise ops, at that size,
+// against the CPU.
+TEST_CASE("past the grid cap: AdamW over many tensors in one call, conversions, GELU", "[ops][large]") {
+  const size_t n = cuda::kMaxGridBlocks * cuda::kThreads + 4099;
+  REQUIRE(cuda::grid_stride_passes(n) == 2);
   std::mt19937 rng(12);
   auto w = random_vec<float>(n, rng), g = random_vec<float>(n, rng, 0.1f), m = random_vec<float>(n, rng, 0.01f);
   std::vector<float> v(n);

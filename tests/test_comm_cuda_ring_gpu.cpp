@@ -171,7 +171,7 @@ TEST_CASE("cuda transport: comm-bench --device cuda --comm ring checks every siz
   }
 }
 
-TEST_CASE("cuda transport: a rank killed mid-benchmark makes the other fail within its timeout") {
+TEST_CASE("cuda transport: a rank killed mid-benchmark makes the other fail within its timeout", "[slow]") {
   const rz::test::KilledRun run = rz::test::run_with_killed_rank(
       "comm-bench --device cuda:0 --comm ring --nproc 2 --min-bytes 64M --max-bytes 64M --iters 100000 "
       "--warmup 0 --comm-timeout 10",

@@ -19,9 +19,7 @@
 #include "comm/factory.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
-#if RZ_TEST_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
+#include "kernels/device_provider.h"
 #include "gpu_procs.h"
 #include "run_ringzero.h"
 #include "test_comm_util.h"
@@ -34,13 +32,7 @@ using rz::testing::value_of;
 
 namespace {
 
-int gpu_count() {
-#if RZ_TEST_HAVE_CUDA
-  return cuda_device_count();
-#else
-  return 0;
-#endif
-}
+int gpu_count() { return cuda_provider().device_count(); }
 
 Backend& gpu() {
   static std::unique_ptr<Backend> b = make_backend(Device{DeviceKind::cuda, 0});
@@ -142,7 +134,7 @@ TEST_CASE("nccl: a stream-form OnDone runs at issue on the comm stream, ordered 
   h2->wait();
 }
 
-TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective, odd counts included") {
+TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective, odd counts included", "[slow]") {
   const int most = std::min(gpu_count(), 4);
   std::vector<int> rank_counts{1};
   if (most > 1) rank_counts.push_back(most);
@@ -159,7 +151,7 @@ TEST_CASE("nccl, one rank per GPU (up to 4): comm-bench checks every collective,
         }
 }
 
-TEST_CASE("nccl: a rank killed mid-benchmark makes the other fail within its timeout") {
+TEST_CASE("nccl: a rank killed mid-benchmark makes the other fail within its timeout", "[slow]") {
   if (gpu_count() < 2) {
     WARN("one GPU: NCCL needs a GPU per rank, so the killed-rank case needs two");
     return;

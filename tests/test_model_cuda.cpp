@@ -5,9 +5,10 @@
 // paths); and a few
 // AdamW steps on the GPU run twice from scratch, whose losses must be bitwise identical;
 // and --recompute gelu / layer must give bitwise the gradients of none.
-// Gradients are compared per tensor by relative norm, ||gpu - cpu|| / ||cpu||, with a
-// bound by precision (fp32 arithmetic lands far below 1e-4; bf16 near 1e-2), plus an
-// element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
+// Gradients are compared per tensor by relative norm, ||gpu - ref|| / ||ref||: in fp32
+// against the CPU's within 1e-4; in bf16 against an fp32 CPU model with the same
+// parameters, within twice the CPU bf16 model's own error (check_against_cpu says why);
+// plus an element-wise check that nothing is NaN (an unwritten gradient). Last, `ringzero verify
 // --device cuda` on llm.c files from the fp64 reference. Skipped (exit 77) without a CUDA
 // backend or a GPU.
 #include "tests/gpu_test_util.h"
@@ -44,9 +45,35 @@ Batch make_batch(const GPT2Config& cfg, int B, int T, unsigned seed) {
 }
 
 
+// What one model computes for one batch, on the host.
+struct Result {
+  float loss = 0;
+  std::vector<float> logits, grads;
+};
+Result run(GPT2& m, const Batch& b, int B, int T) {
+  Result r;
+  r.loss = m.forward(b.x.data(), b.y.data(), B, T);
+  m.logits_f32(r.logits);
+  FullGradSink g(m.layout().total, m.precision(), m.backend());
+  g.zero();
+  m.backward(g);
+  r.grads.resize(m.layout().total);
+  g.get_f32(r.grads.data());
+  return r;
+}
+
 // The same model and batch on the CPU and on the GPU: the loss, the logits and every
-// gradient tensor, by relative norm within `bound`, and no NaN anywhere.
-void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Attention attention, double bound) {
+// gradient tensor, and no NaN anywhere.
+//   fp32   each within 1e-4 relative (by norm) of the CPU's: the same arithmetic in
+//          another order.
+//   bf16   both sides round activations and gradients to bf16, in different places (the
+//          GPU keeps more in fp32), so the CPU's bf16 result is itself about 1% off the
+//          truth and no fixed bound between the two is both safe and tight. Each is held
+//          to the truth instead: an fp32 model on the CPU with the same (bf16) parameters.
+//          Per tensor, the GPU's error must stay within twice the CPU bf16 model's error
+//          plus 0.5% -- as close to fp32 as a correct bf16 implementation gets; a wrong
+//          index or a dropped term is off by far more.
+void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Attention attention) {
   ModelOptions host_opts{prec, Recompute::none, Device{}}, dev_opts{prec, Recompute::none, kGpu};
   host_opts.attention = dev_opts.attention = attention;
   GPT2 host(cfg, host_opts);
@@ -62,38 +89,40 @@ void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Atte
   REQUIRE(std::memcmp(back.data(), w.data(), w.size() * sizeof(float)) == 0);
 
   const Batch b = make_batch(cfg, B, T, 7);
-  const float loss_cpu = host.forward(b.x.data(), b.y.data(), B, T);
-  const float loss_gpu = dev.forward(b.x.data(), b.y.data(), B, T);
-  INFO("loss cpu " << loss_cpu << " gpu " << loss_gpu);
-  CHECK(std::fabs(loss_gpu - loss_cpu) <= bound * std::fabs(loss_cpu));
-
-  std::vector<float> lc, lg;
-  host.logits_f32(lc);
-  dev.logits_f32(lg);
-  REQUIRE(lc.size() == lg.size());
-  CHECK(rel_norm(lg.data(), lc.data(), lc.size()) <= bound);
-
-  FullGradSink gc(lay.total, prec), gg(lay.total, prec, dev.backend());
-  gc.zero();
-  gg.zero();
-  host.backward(gc);
-  dev.backward(gg);
-  std::vector<float> dc(lay.total), dg(lay.total);
-  gc.get_f32(dc.data());
-  gg.get_f32(dg.data());
-  for (const ParamTensor& t : lay.tensors) {
-    const float* g = dg.data() + t.offset;
-    const float* r = dc.data() + t.offset;
+  const Result cpu = run(host, b, B, T), gpu = run(dev, b, B, T);
+  Result truth;
+  if (prec == Precision::bf16) {
+    ModelOptions fp32_opts{Precision::fp32, Recompute::none, Device{}};
+    fp32_opts.attention = attention;
+    GPT2 ref(cfg, fp32_opts);
+    ref.set_params_f32(w.data());
+    truth = run(ref, b, B, T);
+  }
+  // The GPU's relative error against the reference, and the bound it must meet.
+  auto judge = [&](const char* what, const float* g, const float* c, const float* t, size_t n) {
     size_t nans = 0;
-    for (size_t i = 0; i < t.numel; ++i) nans += std::isnan(g[i]);
-    const double err = rel_norm(g, r, t.numel);
-    INFO("gradient " << t.name << ": relative error " << err << ", " << nans << " NaN");
+    for (size_t i = 0; i < n; ++i) nans += std::isnan(g[i]);
+    double err, bound;
+    if (prec == Precision::fp32) {
+      err = rel_norm(g, c, n);
+      bound = 1e-4;
+    } else {
+      err = rel_norm(g, t, n);
+      bound = 2 * rel_norm(c, t, n) + 5e-3;
+    }
+    INFO(what << ": relative error " << err << " (bound " << bound << "), " << nans << " NaN");
     CHECK(nans == 0);
     CHECK(err <= bound);
+  };
+  judge("loss", &gpu.loss, &cpu.loss, &truth.loss, 1);
+  judge("logits", gpu.logits.data(), cpu.logits.data(), truth.logits.data(), cpu.logits.size());
+  REQUIRE(gpu.logits.size() == cpu.logits.size());
+  for (const ParamTensor& t : lay.tensors) {
+    const std::string what = "gradient " + t.name;
+    judge(what.c_str(), gpu.grads.data() + t.offset, cpu.grads.data() + t.offset,
+          prec == Precision::bf16 ? truth.grads.data() + t.offset : nullptr, t.numel);
   }
 }
-
-double bound_for(Precision prec) { return prec == Precision::fp32 ? 1e-4 : 3e-2; }
 
 }  // namespace
 
@@ -105,21 +134,21 @@ TEST_CASE("GPT-2 on cuda matches cpu: logits, loss, every gradient", "[model][gp
   for (Case c : {Case{"tiny", 2, 32}, Case{"d2", 2, 64}}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
       CAPTURE(c.preset, precision_name(prec));
-      check_against_cpu(model_preset(c.preset), c.B, c.T, prec, Attention::materialized, bound_for(prec));
+      check_against_cpu(model_preset(c.preset), c.B, c.T, prec, Attention::materialized);
     }
   }
 }
 
 // Past the grid cap: the grid-stride kernels (GELU, the bias broadcast; common.cuh) take a
-// second pass over (B*T, 4C), and the per-batch-row attention loop runs 1536 times. Both
-// attention paths, fp32 and bf16, against the CPU (test_gpu_checks proves the shape passes
-// the cap).
-TEST_CASE("GPT-2 on cuda matches cpu on a batch past 65535 blocks", "[model][gpu][large]") {
+// second pass over (B*T, 4C), and the per-batch-row attention loop runs B times (1536 with
+// the 65535-block cap). Both attention paths, fp32 and bf16, against the CPU
+// (test_gpu_checks proves the shape passes the cap).
+TEST_CASE("GPT-2 on cuda matches cpu on a batch past the grid cap", "[model][gpu][large][slow]") {
   const ModelShape s = grid_stride_model_shape();
   for (Attention attention : {Attention::materialized, Attention::flash}) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
       CAPTURE(attention_name(attention), precision_name(prec));
-      check_against_cpu(s.cfg, s.B, s.T, prec, attention, bound_for(prec));
+      check_against_cpu(s.cfg, s.B, s.T, prec, attention);
     }
   }
 }
@@ -189,7 +218,11 @@ TEST_CASE("the driver's memory figure covers the tracker's device bytes", "[mode
   CHECK_FALSE(cpu_backend().driver_memory(&hu, &ht));
 }
 
-TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu]") {
+// On a GPU this is the check that the kernels sum in a fixed order (no atomics) and that
+// cuBLASLt's algorithm is fixed per configuration. On the CUDA-on-CPU emulator, whose
+// launches are synchronous and in order, it holds by construction and proves nothing, so
+// the emulated run leaves it out ([determinism], tests/CMakeLists.txt).
+TEST_CASE("GPU training steps are bitwise identical run to run", "[model][gpu][determinism]") {
   for (Precision prec : {Precision::fp32, Precision::bf16}) {
     CAPTURE(precision_name(prec));
     const GPT2Config cfg = model_preset("d2");

@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/attention_kv.h"
 #include "kernels/cuda/launchers.cuh"
+#include "kernels/device_provider.h"
 
 namespace rz {
 
@@ -557,6 +558,27 @@ std::unique_ptr<Backend> make_cuda_backend(int index) {
   ctx->lt.workspace_bytes = kWorkspaceBytes;
   ctx->lt.plans = cuda::new_gemm_plan_cache();
   return std::make_unique<CudaBackend>(std::move(ctx), prop.name);
+}
+
+// This file is the cuda kind's provider wherever it is linked (kernels/device_provider.h):
+// built by nvcc against the CUDA runtime for ringzero, as C++ against the CUDA-on-CPU
+// emulator for the tests' emulated binaries.
+const DeviceProvider& cuda_provider() {
+  static const DeviceProvider provider{
+      [] {
+        int count = 0;
+        const cudaError_t err = cudaGetDeviceCount(&count);
+        if (err != cudaSuccess) {
+          const std::string why = strfmt("no usable CUDA driver or device (cudaGetDeviceCount: %s)", cudaGetErrorString(err));
+          (void)cudaGetLastError();
+          return why;
+        }
+        return count == 0 ? std::string("no CUDA device is visible to this process") : std::string();
+      },
+      cuda_device_count,
+      make_cuda_backend,
+  };
+  return provider;
 }
 
 }  // namespace rz

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -26,7 +27,7 @@ GemmPlanCache* new_gemm_plan_cache();
 void delete_gemm_plan_cache(GemmPlanCache* cache);
 
 // cuBLASLt handle, the workspace its kernels may use, the plan cache (owned by the
-// backend).
+// backend; it also holds the cuBLAS handle of the fallback below, made on first need).
 struct BlasLt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -79,6 +80,11 @@ void bias_backward(E* dbias, const E* dout, int N, int OC,
 // apart by the strides (in elements). A, B of type ab; D of type d (fp32 accumulate).
 // Each operand must meet the alignment its leading dimension and stride plan for
 // (kernels/gemm_alignment.h); one that does not fails naming `what` and the operand.
+// Through cuBLASLt; where its heuristic offers no algorithm for the configuration (bf16
+// operands 2-byte aligned, say: `sample` at odd lengths), through cuBLAS's
+// cublasGemmStridedBatchedEx, which needs no alignment. RINGZERO_GEMM_FALLBACK=1 in the
+// environment sends every configuration there (the tests' hook: the fallback cannot be
+// made to happen otherwise where cuBLASLt always has an algorithm).
 void gemm(const BlasLt& lt, cudaStream_t s, const char* what, bool transA, bool transB, int m, int n, int k,
           const void* A, long long lda, long long strideA, const void* B, long long ldb, long long strideB,
           cudaDataType_t ab, void* D, long long ldd, long long strideD, cudaDataType_t d, int batch,

@@ -16,7 +16,13 @@
 // Alignment: the algorithm is chosen for the alignment the shape plans for
 // (kernels/gemm_alignment.h), never for the pointers' actual alignment, and is cached per
 // configuration (GemmPlan below), so where a buffer happens to sit cannot change the bits.
+// Where cuBLASLt's heuristic offers no algorithm for a configuration (what it offers for
+// bf16 at 2-byte alignment cannot be known without a GPU), the plan says so and the
+// product goes through cuBLAS's cublasGemmStridedBatchedEx, compute 32F, instead: the
+// same column-major call, no alignment requirement, also fixed per configuration.
 #include <array>
+#include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +61,7 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   uint32_t align_a = 0, align_b = 0, align_d = 0;
+  bool fallback = false;  // cuBLASLt has no algorithm: cublasGemmStridedBatchedEx instead
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;
@@ -72,11 +79,24 @@ struct GemmPlanCache {
   using Key = std::array<long long, 14>;
   std::mutex mu;
   std::map<Key, std::unique_ptr<GemmPlan>> plans;  // nodes never move: plans outlive the lock
+  cublasHandle_t fallback = nullptr;                // made by the first fallback plan
+  ~GemmPlanCache() {
+    if (fallback) cublasDestroy(fallback);
+  }
 };
 GemmPlanCache* new_gemm_plan_cache() { return new GemmPlanCache; }
 void delete_gemm_plan_cache(GemmPlanCache* cache) { delete cache; }
 
 namespace {
+
+// The tests' hook (launchers.cuh): every configuration through the cuBLAS fallback.
+bool force_fallback() {
+  static const bool force = [] {
+    const char* v = std::getenv("RINGZERO_GEMM_FALLBACK");
+    return v != nullptr && v[0] == '1';
+  }();
+  return force;
+}
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t t, int rows, int cols, long long ld, int batch, long long stride) {
   cublasLtMatrixLayout_t desc = nullptr;
@@ -124,11 +144,12 @@ std::unique_ptr<GemmPlan> build_plan(const BlasLt& lt, bool transA, bool transB,
                                                       sizeof(plan->align_d)));
     cublasLtMatmulHeuristicResult_t best{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, plan->op, plan->a, plan->b, plan->d, plan->d, pref, 1,
-                                                &best, &found));
-    RZ_CHECK(found > 0, "cuBLASLt has no algorithm for a %s gemm m=%d n=%d k=%d batch=%d (transA=%d transB=%d)",
-             ab == CUDA_R_32F ? "fp32" : "bf16", m, n, k, batch, int(transA), int(transB));
-    plan->algo = best.algo;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt.handle, plan->op, plan->a, plan->b, plan->d, plan->d,
+                                                             pref, 1, &best, &found);
+    // No algorithm (NOT_SUPPORTED, or none found) is not an error: cuBLAS computes it.
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+    plan->fallback = force_fallback() || st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0;
+    if (!plan->fallback) plan->algo = best.algo;
   } catch (...) {
     cublasLtMatmulPreferenceDestroy(pref);
     throw;
@@ -159,11 +180,24 @@ void gemm(const BlasLt& lt, cudaStream_t s, const char* what, bool transA, bool 
                                         batch))
                .first;
     plan = it->second.get();
+    if (plan->fallback && lt.plans->fallback == nullptr) CUBLAS_CHECK(cublasCreate(&lt.plans->fallback));
   }
   // The plan assumed these alignments; an operand off them would read or write wrongly.
   check_gemm_operand(what, "A", A, plan->align_a);
   check_gemm_operand(what, "B", B, plan->align_b);
   check_gemm_operand(what, "D", D, plan->align_d);
+  if (plan->fallback) {
+    // The same product, column-major, through cuBLAS (no alignment requirement). Its
+    // leading dimensions are ints: every ld here is a row length of a tensor, far below.
+    RZ_CHECK(lda <= INT32_MAX && ldb <= INT32_MAX && ldd <= INT32_MAX, "%s: leading dimension past INT32_MAX", what);
+    const cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasHandle_t h = lt.plans->fallback;  // made with the plan, under the lock
+    CUBLAS_CHECK(cublasSetStream(h, s));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &alpha, A, ab, int(lda), strideA, B, ab,
+                                            int(ldb), strideB, &beta, D, d, int(ldd), strideD, batch,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan->op, &alpha, A, plan->a, B, plan->b, &beta, D, plan->d, D, plan->d,
                               &plan->algo, lt.workspace, lt.workspace_bytes, s));
 }
