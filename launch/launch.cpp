@@ -19,7 +19,9 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/checked.h"
 #include "base/stop_signal.h"
+#include "comm/rank_env.h"
 #include "comm/rendezvous/job_auth.h"
 #include "comm/rendezvous/socket.h"
 
@@ -268,6 +270,22 @@ int report_children(const std::vector<Child>& children) {
 bool launched_by_ringzero() {
   const char* v = std::getenv("RINGZERO_LAUNCHED");
   return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+void refuse_launch_flags_under_launcher(const std::vector<std::string>& given) {
+  if (given.empty() || launched_by_ringzero()) return;
+  const RankEnv env = rank_env_from_environment();
+  if (*env.launcher == 0) return;
+  std::string flags, vars, names;
+  for (const auto& f : given) flags.append(flags.empty() ? "" : ", ").append(f);
+  for (const auto& v : launcher_variables(env)) {
+    vars.append(vars.empty() ? "" : " ").append(v);
+    names.append(" ").append(v, 0, v.find('='));
+  }
+  RZ_FAIL("%s given, but the environment already makes this process rank %d of %d (%s's %s, perhaps left over from "
+          "another job): unset%s to launch the ranks from here, or drop the launch flag%s to run as that rank",
+          flags.c_str(), env.rank, env.world_size, env.launcher, vars.c_str(), names.c_str(),
+          given.size() > 1 ? "s" : "");
 }
 
 std::string self_executable() {

@@ -42,6 +42,14 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
 // True inside a process started by launch_local_ranks.
 bool launched_by_ringzero();
 
+// Launch flags (`given`, as typed: "--nproc-per-node 2") beside a launcher's environment that
+// already makes this process a rank (torchrun's RANK/WORLD_SIZE, mpirun's OMPI_COMM_WORLD_*,
+// srun's SLURM_* with several tasks; a stale export in a shell is the usual case): the
+// environment would win and nothing be launched. Throws one line naming the flags and the
+// variables to unset; nothing when `given` is empty or ringzero's own launcher started this
+// process (its ranks are re-run with the flags).
+void refuse_launch_flags_under_launcher(const std::vector<std::string>& given);
+
 // Path of the running executable (/proc/self/exe).
 std::string self_executable();
 

@@ -33,6 +33,7 @@
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/config_agree.h"
 #include "train/flight.h"
 #include "train/generate.h"
 #include "train/metrics.h"
@@ -77,17 +78,10 @@ StepEnd gather_step_end(HostCollectives& hc, DeviceKind kind) {
   return e;
 }
 
-// The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
-std::string data_dir_of(const std::string& pattern) {
-  const std::string first = pattern.substr(0, pattern.find(','));
-  fs::path dir = fs::path(first).parent_path();
-  return dir.empty() ? "." : dir.string();
-}
-
 // --tokenizer, else the tokenizer.bin `ringzero prepare` wrote beside the shards, else none.
 std::unique_ptr<Tokenizer> resolve_tokenizer(const TrainConfig& cfg) {
   if (!cfg.tokenizer.empty()) return make_tokenizer(cfg.tokenizer, cfg.gpt2_dir);
-  const std::string beside = (fs::path(data_dir_of(cfg.data)) / "tokenizer.bin").string();
+  const std::string beside = (fs::path(prepared_dir_of(cfg.data)) / "tokenizer.bin").string();
   if (fs::exists(beside)) return load_llmc_tokenizer(beside);
   return nullptr;
 }
@@ -174,6 +168,8 @@ CommOptions Trainer::comm_options(bool sim_device) const {
   copts.flight_dir = resolve_flight_dir(cfg_);
   copts.flight_entries = static_cast<size_t>(cfg_.flight_entries);
   copts.flight_watchdog_s = cfg_.flight_watchdog;
+  // What every rank must share (the settings table's agree column), compared at the rendezvous.
+  if (world_ > 1) copts.agreement = settings_to_agree(cfg_);
   if (!device_.is_cpu()) {
     // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
     // collective follows the legacy default stream, which orders it after the CUDA
@@ -242,8 +238,8 @@ void Trainer::setup() {
            mcfg_.max_seq_len);
   RZ_CHECK(tok_ == nullptr || tok_->vocab_size() <= mcfg_.vocab_size,
            "vocab: the model's V=%d is smaller than the tokenizer's %d", mcfg_.vocab_size, tok_->vocab_size());
-  check_prepared_dir(data_dir_of(cfg_.data));  // not a mix of two `prepare` runs
-  if (!cfg_.val_data.empty()) check_prepared_dir(data_dir_of(cfg_.val_data));
+  check_prepared_dir(prepared_dir_of(cfg_.data));  // not a mix of two `prepare` runs
+  if (!cfg_.val_data.empty()) check_prepared_dir(prepared_dir_of(cfg_.val_data));
   train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
   train_->set_vocab_bound(mcfg_.vocab_size);
   if (!cfg_.val_data.empty()) {
@@ -282,6 +278,15 @@ void Trainer::setup() {
     read_model_file_chunks(cfg_.init,
                            [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
   else model_->init_random(cfg_.seed);
+  // Every rank starts from rank 0's parameters, as PyTorch's DDP broadcasts rank 0's module
+  // state when it is built: the ranks' --seed and --init already agree (the rendezvous
+  // compared them), but an --init file is compared by its header only, and another libm may
+  // draw another init. One broadcast per run, before any strategy copies the parameters.
+  if (world_ > 1) {
+    CommPurpose purpose("initial parameters");
+    comm_->broadcast(model_->params(), model_->layout().total,
+                     precision_ == Precision::bf16 ? DType::bf16 : DType::f32, 0);
+  }
   sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
