@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "data/rng.h"
+#include "train/config.h"
 
 namespace rz {
 
@@ -37,11 +38,14 @@ int draw_token(const float* logits, int vocab, float temperature, int top_k, Sam
 
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> tokens, int n, int T_window, int vocab,
                                  float temperature, int top_k, SampleRng& rng,
-                                 const std::function<void(int)>& on_token) {
+                                 const std::function<void(int)>& on_token,
+                                 const std::function<bool()>& stop_requested) {
   RZ_CHECK(!tokens.empty(), "sample: the prompt needs at least one token");
+  RZ_CHECK(n >= 0 && n <= kMaxSampleTokens, "sample: expected 0..%d tokens, found %d", kMaxSampleTokens, n);
   const int Vp = model.config().padded_vocab_size;
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
+    if (stop_requested && stop_requested()) break;
     const int t = std::min<int>(static_cast<int>(tokens.size()), T_window);
     const int* window = tokens.data() + tokens.size() - static_cast<size_t>(t);
     model.forward(window, nullptr, 1, t);

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "base/check.h"
@@ -44,6 +46,7 @@
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
 #include "zero/memory/formula.h"
+#include "zero/memory/plan.h"
 #include "zero/memory/report.h"
 #include "zero/strategy.h"
 
@@ -102,8 +105,10 @@ class Trainer {
  private:
   void setup();
   void resume();
-  float eval_loss();
+  std::optional<float> eval_loss();
   void sample(int step);
+  bool any_rank_stopping();
+  void check_memory_fits() const;
   void check_save_dir();
   void warn_left(const std::vector<std::string>& left, const char* during);
   bool save(int step);
@@ -258,6 +263,7 @@ void Trainer::setup() {
            std::numeric_limits<int>::max());
   accum_ = static_cast<int>(total / per_micro);
   checked_mul<int64_t>(total, cfg_.steps, "total_batch_tokens x steps (tokens seen by the run)");
+  check_memory_fits();
 
   if (!cfg_.save_dir.empty()) check_save_dir();
 
@@ -405,10 +411,49 @@ void Trainer::resume() {
                 ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
 }
 
-float Trainer::eval_loss() {
+// Before anything big is allocated (on CPU ranks, whose model lives in host memory): the
+// planner's peak for this run, times the ranks that share this machine (LOCAL_WORLD_SIZE, set
+// by ringzero's launcher and torchrun), against what the machine has left. Linux would
+// otherwise hand out the buffers and the run grow until the OOM killer ends it.
+void Trainer::check_memory_fits() const {
+  if (!device_.is_cpu()) return;  // GPU memory is the device's: the CUDA allocator names a shortfall
+  MemoryPlanInput in;
+  in.cfg = mcfg_;
+  in.precision = precision_;
+  in.recompute = cfg_.recompute;
+  in.attention = cfg_.attention;
+  in.kind = cfg_.strategy;
+  in.nranks = world_;
+  in.batch = cfg_.batch;
+  in.seq = cfg_.seq;
+  in.bucket_mb = cfg_.bucket_mb;
+  in.buckets_in_flight = cfg_.buckets_in_flight;
+  in.grad_shard_fp32 = cfg_.grad_shard_fp32;
+  in.grad_reduce_fp32 = precision_ == Precision::bf16 && cfg_.grad_reduce_dtype == "fp32";
+  in.threads = omp_get_max_threads();
+  int ranks_here = 1;
+  if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l != nullptr && std::atoi(l) > 0) ranks_here = std::atoi(l);
+  check_fits_host_memory(in, ranks_here, 0.0, "memory",
+                         "a smaller --batch, --seq or model, a sharding --strategy (zero2, zero3), --recompute "
+                         "layer, or fewer ranks per machine (`ringzero memory` plans any shape)");
+}
+
+// Collective: has SIGINT or SIGTERM reached any rank? For the long loops between two step
+// boundaries (evaluation, zero3's sampling), so every rank leaves them at the same point.
+bool Trainer::any_rank_stopping() {
+  float hit = stop_signal_received() != 0 ? 1.0f : 0.0f;
+  CommPurpose purpose("stop vote");
+  host_comm_->all_reduce(&hit, 1, ReduceOp::sum);
+  return hit > 0;
+}
+
+// The validation loss over eval_batches batches, or nullopt when a stop signal cut it short
+// (every rank leaves at the same batch: the vote is collective).
+std::optional<float> Trainer::eval_loss() {
   val_->reset();
   double sum = 0;
   for (int i = 0; i < cfg_.eval_batches; ++i) {
+    if (i > 0 && any_rank_stopping()) return std::nullopt;
     val_->next_batch(inputs_.data(), targets_.data());
     sum += model_->forward(inputs_.data(), targets_.data(), cfg_.batch, cfg_.seq);
   }
@@ -423,8 +468,11 @@ void Trainer::sample(int step) {
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
   // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.
   const float temperature = cfg_.sample_top_k > 0 ? 1.0f : 0.0f;
+  // A stop signal ends a long sample early: on rank 0 alone by its own flag, under zero3 by a
+  // vote before each token (every rank draws the same tokens in step).
+  const auto stop = [&] { return collective ? any_rank_stopping() : stop_signal_received() != 0; };
   std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
-                                         temperature, cfg_.sample_top_k, rng_);
+                                         temperature, cfg_.sample_top_k, rng_, {}, stop);
   if (!rank0()) return;
   out.erase(out.begin());
   std::string text;
@@ -469,6 +517,11 @@ bool Trainer::save(int step) {
       remove_stale_temporaries(dir);           // an earlier save of this step killed midway
     });
   if (all_ok()) attempt([&] { write_rank_files(dir, step); });
+  // Fault injection for the tests: a save after a stop signal pauses midway (the ranks' state
+  // files written, model.bin and the manifest not), as a large model's would, so that a
+  // second signal can land in it.
+  if (const char* f = std::getenv("RINGZERO_FAULT_STOP_SAVE_SLOW"); f != nullptr && stop_signal_received() != 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(std::atof(f) * 1000)));
   if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
     try {
       std::string model_error = save_model_file(rank0() ? (fs::path(dir) / "model.bin").string() : std::string(),
@@ -711,7 +764,10 @@ int Trainer::run() {
     const StepEnd end = gather_step_end(*host_comm_, device_.kind);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
-    if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
+    // Agreed from the same gathered votes on every rank: after a stop signal the step's
+    // evaluation and sample are skipped; the checkpoint is written (stop_after).
+    const bool stop = !last && stop_agreed(end);
+    if (!stop && val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
       RZ_TRACE_SCOPE("eval");
       rec.val_loss = eval_loss();
     }
@@ -726,13 +782,12 @@ int Trainer::run() {
       std::fflush(stdout);
       metrics_.write(rec);
     }
-    if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
-    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
+    if (!stop && cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
+    if (!stop && !cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
       RZ_TRACE_SCOPE("checkpoint");
       RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved: %s", s + 1,
                save_error_.c_str());
     }
-    const bool stop = !last && stop_agreed(end);
     timeline_->end_step(*comm_, s + 1, rec.overlap);
     if (stop) {
       timeline_->finish(*comm_);
