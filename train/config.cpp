@@ -672,7 +672,10 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
       "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
-      "under torchrun, srun or mpirun each process reads its rank from the environment.\n"
+      "under torchrun, srun or mpirun each process reads its rank from the environment (a launch\n"
+      "flag beside such an environment is refused). The ranks of a job must agree on every setting\n"
+      "but output paths, threads, timeouts and launch addresses (data files by name, size and header):\n"
+      "rank 0 compares them at the rendezvous and a difference stops every rank, naming it.\n"
       "A key set away from its default that would change nothing (--eval-every without\n"
       "--val-data) is an error, unless CONFIG.toml set it and a flag turned its feature off\n"
       "(configs/tiny.toml's sample_tokens under --sample-every 0).",
