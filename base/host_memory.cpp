@@ -6,6 +6,9 @@
 #include <sstream>
 #include <string>
 
+#include "base/check.h"
+#include "base/memory.h"
+
 namespace rz {
 namespace {
 
@@ -74,6 +77,13 @@ HostMemory available_host_memory() {
       tightest_cgroup(m, "/sys/fs/cgroup/memory", rel, "memory.limit_in_bytes", "memory.usage_in_bytes");
   }
   return m;
+}
+
+void check_host_memory(double bytes, const std::string& planned, const char* what, const char* hint) {
+  const HostMemory host = available_host_memory();
+  RZ_CHECK(!host.known || bytes <= static_cast<double>(host.bytes),
+           "%s: planned %s, but only %s is available (%s): nothing was allocated; %s", what, planned.c_str(),
+           format_bytes(static_cast<double>(host.bytes)).c_str(), host.source.c_str(), hint);
 }
 
 }  // namespace rz

@@ -22,4 +22,9 @@ struct HostMemory {
 // memory.max - memory.current; v1: memory.limit_in_bytes - memory.usage_in_bytes).
 HostMemory available_host_memory();
 
+// Throws "WHAT: planned PLANNED, but only Y is available (SOURCE): nothing was allocated;
+// HINT" when `bytes` exceed available_host_memory(); nothing when they fit or the figure
+// cannot be read. PLANNED says how the bytes were counted ("1.2 GiB per rank (...)").
+void check_host_memory(double bytes, const std::string& planned, const char* what, const char* hint);
+
 }  // namespace rz

@@ -344,6 +344,9 @@ TEST_CASE("what cannot fit in memory is refused up front, naming the planned and
   check_one_line_error(b, "bench-step: planned ");
   CHECK(last_line(b.output).find("TiB per rank (an upper estimate") != std::string::npos);
   CHECK(last_line(b.output).find("is available (") != std::string::npos);
+  Result c = run("comm-bench --nproc 2 --max-bytes 60G --iters 1 --warmup 0", 60, limit);
+  check_one_line_error(c, "comm-bench: planned 180.00 GiB per rank (the tensor and its shard at --max-bytes, twice) x 2 "
+                          "ranks = 360.00 GiB, but only ");
   Result t = run(tiny_args("--steps 1 --channels 8192 --layers 60"), 60, limit);  // 48e9 parameters: 770 GB
   check_one_line_error(t, "memory: planned ");
   CHECK(last_line(t.output).find("(model states ") != std::string::npos);

@@ -121,8 +121,6 @@ int largest_batch(MemoryPlanInput in, double budget, int max_batch) {
 
 void check_fits_host_memory(const MemoryPlanInput& in, int ranks_here, double extra_bytes, const char* what,
                             const char* hint) {
-  const HostMemory host = available_host_memory();
-  if (!host.known) return;
   const int T = in.seq > 0 ? in.seq : in.cfg.max_seq_len;
   // An upper estimate in doubles first (every layer's (B, T, C) tensors and (B, NH, T, T)
   // attention, the (B, T, Vp) logits, 20 bytes per parameter): the planner's 64-bit counts
@@ -142,12 +140,11 @@ void check_fits_host_memory(const MemoryPlanInput& in, int ranks_here, double ex
                    extra_bytes > 0 ? strfmt(", besides %s", format_bytes(extra_bytes).c_str()).c_str() : "");
   }
   const double total = per_rank * ranks_here;
-  RZ_CHECK(total <= double(host.bytes),
-           "%s: planned %s per rank (%s)%s, but only %s is available (%s): nothing was allocated; %s", what,
-           format_bytes(per_rank).c_str(), parts.c_str(),
-           ranks_here > 1 ? strfmt(" x %d ranks on this machine = %s", ranks_here, format_bytes(total).c_str()).c_str()
-                          : "",
-           format_bytes(double(host.bytes)).c_str(), host.source.c_str(), hint);
+  const std::string planned =
+      strfmt("%s per rank (%s)%s", format_bytes(per_rank).c_str(), parts.c_str(),
+             ranks_here > 1 ? strfmt(" x %d ranks on this machine = %s", ranks_here, format_bytes(total).c_str()).c_str()
+                            : "");
+  check_host_memory(total, planned, what, hint);
 }
 
 }  // namespace rz
