@@ -36,6 +36,7 @@
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
+#include "zero/memory/plan.h"
 #include "cli/step_profile.h"
 
 namespace rz {
@@ -232,6 +233,29 @@ int run_bench_step(int argc, char** argv) {
     if (end == std::string::npos) end = precisions_s.size();
     precisions.push_back(parse_precision(precisions_s.substr(pos, end - pos)));
     pos = end + 1;
+  }
+  if (device.is_cpu()) {
+    // What the step holds (one rank's ddp: parameters, gradients, AdamW m and v, bf16's
+    // master copy; activations; kernel scratch) and the largest of time_gemms' operand sets,
+    // against this machine's memory, before anything is allocated (zero/memory/plan.h).
+    int most_threads = 1;
+    for (int nt : threads) most_threads = std::max(most_threads, nt);
+    const double N = double(B) * T, C = cfg.channels, Vp = cfg.padded_vocab_size;
+    for (Precision prec : precisions) {
+      const double esz = double(precision_bytes(prec));
+      const double gemm_bytes = esz * std::max(N * (2 * C + 4 * C) + 2 * 4 * C * C + 8 * C,
+                                               N * (2 * C + Vp) + 2 * Vp * C + 2 * Vp);
+      MemoryPlanInput in;
+      in.cfg = cfg;
+      in.precision = prec;
+      in.attention = settings.attention;
+      in.kind = StrategyKind::ddp;
+      in.batch = B;
+      in.seq = T;
+      in.threads = most_threads;
+      check_fits_host_memory(in, 1, gemm_bytes, "bench-step",
+                             "a smaller --batch, --seq or model (`ringzero memory` plans any shape)");
+    }
   }
   const double P = double(num_parameters(cfg)), tokens = double(B) * T;
   const double step_flops = tokens * (6.0 * P + 12.0 * cfg.num_layers * cfg.channels * double(T));

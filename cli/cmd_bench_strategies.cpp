@@ -31,6 +31,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/check.h"
+#include "base/checked.h"
 #include "base/file.h"
 #include "base/trace.h"
 #include "comm/factory.h"
@@ -43,6 +44,7 @@
 #include "train/run_paths.h"
 #include "viz/timeline.h"
 #include "zero/clip.h"
+#include "zero/memory/plan.h"
 #include "zero/strategy.h"
 
 namespace rz {
@@ -309,6 +311,22 @@ int run_bench_strategies(int argc, char** argv) {
     kinds = strategy_names();
   else
     kinds = {a.strategy};
+  // Each strategy's --nproc ranks share this machine's memory: refuse what cannot fit
+  // before any is launched (zero/memory/plan.h).
+  for (const std::string& k : kinds) {
+    MemoryPlanInput in;
+    in.cfg = shape;
+    in.precision = a.settings.precision();
+    in.kind = parse_strategy(k);
+    in.nranks = a.nproc;
+    in.batch = a.batch;
+    in.seq = a.seq;
+    in.bucket_mb = a.settings.bucket_mb;
+    in.buckets_in_flight = a.settings.buckets_in_flight;
+    in.threads = std::max(1, online_cores() / a.nproc);
+    check_fits_host_memory(in, a.nproc, 0.0, ("bench-strategies " + k).c_str(),
+                           "a smaller --batch, --seq or model, or fewer --nproc");
+  }
   for (const std::string& k : kinds) {
     if (a.nproc == 1) {
       BenchArgs one = a;

@@ -26,6 +26,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/host_memory.h"
 #include "data/output_paths.h"
 #include "comm/transport/device_ring.h"
 #include "comm/factory.h"
@@ -396,6 +397,16 @@ int run_comm_bench(int argc, char** argv) {
   const Device device = parse_device(a.device);
   RZ_CHECK(device.is_cpu() || comm_backend != CommBackend::mpi,
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());
+  if (!launched_by_ringzero() && device.is_cpu() && comm_backend != CommBackend::mpi) {
+    // Each rank holds the full tensor and its shard twice (a host copy and the buffer the
+    // collective runs on) at --max-bytes: refuse what this machine cannot hold before any
+    // rank is started (base/host_memory.h). The transports' slots come on top.
+    const double N = a.nproc, per_rank = 2.0 * (double(max_b) + std::ceil(double(max_b) / N));
+    check_host_memory(per_rank * N,
+                      strfmt("%s per rank (the tensor and its shard at --max-bytes, twice) x %d ranks = %s",
+                             format_bytes(per_rank).c_str(), a.nproc, format_bytes(per_rank * N).c_str()),
+                      "comm-bench", "a smaller --max-bytes or --nproc");
+  }
   RZ_CHECK(!device.is_cpu() || comm_backend != CommBackend::nccl, "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
   const bool cuda_ring = comm_backend == CommBackend::ring && !device.is_cpu();
   // --device sim (tests): the GPU path on the simulated device, nccl and the cuda

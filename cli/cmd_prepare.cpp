@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/check.h"
+#include "base/stop_signal.h"
 #include "data/prepare.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
@@ -46,7 +47,19 @@ int run_prepare(int argc, char** argv) {
            "--seed: does nothing with --val-fraction 0 (it seeds the train/val draw; every document goes to train)");
   opt.gpt2_dir = settings.gpt2_dir;
   opt.progress = !quiet;
-  PrepareStats s = prepare_dataset(opt);
+  // SIGINT/SIGTERM stop between input chunks, the half-built shards are removed and --out
+  // keeps what it held (data/prepare.cpp); the exit status is 128 + the signal.
+  arm_graceful_stop(true);
+  PrepareStats s;
+  try {
+    s = prepare_dataset(opt);
+  } catch (const Error& e) {
+    const int sig = stop_signal_received();
+    if (sig == 0) throw;
+    std::fprintf(stderr, "ringzero prepare: %s\n", e.what());
+    return 128 + sig;
+  }
+  arm_graceful_stop(false);
   std::printf("prepare: %zu files, %.2f MB of text in %.2f s (%.1f MB/s; %.2f s CPU, %.1f MB per CPU "
               "second), tokenizer %s\n",
               s.sources.size(), s.bytes / 1e6, s.seconds, s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1e-9),

@@ -41,7 +41,7 @@ int run_sample(int argc, char** argv) {
       ->capture_default_str();
   add_setting_flags(app, settings, {"gpt2_dir"});
   app.add_option("--prompt", prompt, "text to continue")->capture_default_str();
-  add_number(app, "--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  add_number(app, "--tokens", n_tokens, "number of tokens to generate")->capture_default_str()->check(CLI::Range(0, kMaxSampleTokens));
   add_number(app, "--temperature", temperature, "softmax temperature (0 = greedy)")->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
   add_number(app, "--top-k", top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str()->check(CLI::NonNegativeNumber);
   add_setting_flags(app, settings, {"seed"});

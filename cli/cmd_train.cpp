@@ -1,5 +1,6 @@
 // cli/cmd_train.cpp: `ringzero train`: parse, validate, then either launch the local ranks
 // (--nproc-per-node N > 1 or --nnodes > 1, when not already a rank) or train as one rank.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -32,6 +33,16 @@ int run_train(int argc, char** argv) {
     RZ_CHECK(w.first <= cfg.steps, "trace_steps: %s starts after the run's last step %d", cfg.trace_steps.c_str(),
              cfg.steps);
   }
+  // An explicit launch flag beside a launcher's environment (a stale RANK/WORLD_SIZE) is
+  // refused: the environment would win, nothing be launched, and the rank wait out its timeout.
+  std::vector<std::string> launch_flags;
+  for (const char* key : {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port"})
+    if (auto it = cfg.origins.find(key); it != cfg.origins.end() && it->second == TrainConfig::Origin::flag) {
+      std::string flag = std::string("--") + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      launch_flags.push_back(flag + " " + get_config_value(cfg, key));
+    }
+  refuse_launch_flags_under_launcher(launch_flags);
   if ((cfg.nproc_per_node > 1 || cfg.nnodes > 1) && !started_as_rank()) {
     std::vector<std::string> child = {self_executable()};
     for (int i = 0; i < argc; ++i) child.emplace_back(argv[i]);

@@ -9,6 +9,7 @@
 
 #include "comm/transport/device_ring.h"
 #include "comm/debug/fault_injection.h"
+#include "comm/rendezvous/agreement.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/nccl/nccl_calls.h"
 #include "comm/nccl/nccl_communicator.h"
@@ -177,7 +178,13 @@ std::unique_ptr<Communicator> keeping(std::unique_ptr<RingCommunicator> comm, st
 
 std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& options) {
   CommOptions opts = resolve_comm_options(options);
-  if (opts.backend == CommBackend::mpi) return connect_mpi_communicator(env, opts);
+  if (opts.backend == CommBackend::mpi) {
+    // No store: mpirun's world size is every rank's, and the settings (when there are any)
+    // are compared through the communicator, its first collective.
+    std::unique_ptr<Communicator> comm = connect_mpi_communicator(env, opts);
+    if (!opts.agreement.empty()) agree_by_collective(*comm, opts.agreement);
+    return comm;
+  }
   const CommPath path = comm_path_for(opts);
   check_path(env, opts, path);
   const bool device_ring = path == CommPath::cuda_ring || path == CommPath::sim_cuda_ring;
@@ -205,6 +212,9 @@ std::unique_ptr<Communicator> connect(const RankEnv& env, const CommOptions& opt
            "rendezvous: rank %d is already taken in the store at %s:%d (by %s): two jobs share MASTER_PORT and "
            "RINGZERO_JOB_TOKEN, or two processes were given RANK=%d",
            env.rank, env.master_addr.c_str(), env.master_port, holder.c_str(), env.rank);
+  // The world size and the settings every rank must share, before anything waits for a peer
+  // that a rank of another world size would never send (comm/rendezvous/agreement.h).
+  agree_at_rendezvous(store, env.rank, RankSettings{env.world_size, opts.agreement}, opts.timeout_s);
   // Every ring (the simulated NCCL's host ring too) learns from the store which ranks share
   // this host; NCCL finds that out itself.
   if (path != CommPath::nccl) store.set(strfmt("host/%d", env.rank), host_identity());

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rz {
 
@@ -38,6 +40,10 @@ inline constexpr size_t kFlightEntriesDefault = 2048;
 // The bound on every wait unless told otherwise (CommOptions::timeout_s, PeerWatch::timeout_s).
 inline constexpr double kCommTimeoutDefaultS = 300.0;
 
+// Settings every rank of a job must share, as (name, value) text pairs in the caller's
+// order ("--lr", "0.0006"); what they mean is the caller's business (train/config_agree.h).
+using SettingsToAgree = std::vector<std::pair<std::string, std::string>>;
+
 struct CommOptions {
   CommBackend backend = CommBackend::ring;               // ring (ringzero's own collectives) | mpi (under mpirun) | nccl (GPU ranks)
   CommTransport transport = CommTransport::automatic;   // ring: auto | shm | tcp between processes, thread for thread ranks
@@ -55,6 +61,10 @@ struct CommOptions {
   bool device_buffers = false;      // ring: the buffers are GPU memory, so the ring runs over its cuda transport (one host: CUDA IPC; several, or tcp: staged through pinned host memory)
   bool sim_device = false;          // nccl, ring with device_buffers: the buffers are the simulated device's (--device sim, base/sim_device.h): the cuda transport and nccl run over their simulated calls
   bool trace_spans = true;          // ring: a --trace comm-track span per collective (off for the ring inside the simulated NCCL, whose collectives are NCCL's spans)
+  // Compared across ranks at the rendezvous, with the world size, before any transport is
+  // built: a difference is a one-line error on every rank naming the key and the ranks
+  // (comm/rendezvous/agreement.h). Empty: only the world size is compared.
+  SettingsToAgree agreement;
 };
 
 }  // namespace rz

@@ -27,19 +27,32 @@ bool env_int(std::initializer_list<const char*> names, int lo, int hi, int& out)
   return false;
 }
 
+// The launchers whose variables make a process a rank, in the order they are looked for.
+struct Launcher {
+  const char* name;
+  const char *rank, *size, *local_rank, *local_size;
+};
+constexpr Launcher kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+};
+
 }  // namespace
+
+std::vector<std::string> launcher_variables(const RankEnv& env) {
+  std::vector<std::string> out;
+  for (const Launcher& l : kLaunchers) {
+    if (std::strcmp(l.name, env.launcher) != 0) continue;
+    for (const char* n : {l.rank, l.size, l.local_rank, l.local_size})
+      if (n != nullptr && std::getenv(n) != nullptr) out.push_back(std::string(n) + "=" + std::getenv(n));
+  }
+  return out;
+}
 
 RankEnv rank_env_from_environment() {
   RankEnv e;
-  struct Launcher {
-    const char* name;
-    const char *rank, *size, *local_rank;
-  };
-  static const Launcher kLaunchers[] = {
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-      {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-  };
   for (const Launcher& l : kLaunchers) {
     if (!env_int({l.rank}, 0, 1 << 20, e.rank)) continue;
     env_int({l.size}, 1, 1 << 20, e.world_size);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace rz {
 
@@ -27,6 +28,11 @@ struct RankEnv {
   std::string job_token;
 };
 RankEnv rank_env_from_environment();
+
+// The variables by which env.launcher made this process a rank, those set, as "NAME=value"
+// (torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; mpirun: OMPI_COMM_WORLD_*; srun:
+// SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). Empty when no launcher did.
+std::vector<std::string> launcher_variables(const RankEnv& env);
 
 // The device (GPU, or the simulated device's) a rank of env runs on among `visible` ones: the
 // one asked for when requested >= 0 (it must be below visible: else an error that starts with

@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/stop_signal.h"
 #include "base/file.h"
 #include "base/process.h"
 #include "data/output_paths.h"
@@ -397,6 +398,10 @@ void encode_file(const std::string& path, bool split_fortunes, DocumentEncoder& 
     if (n < 0 && errno == EINTR) continue;
     RZ_SYSCHECK(n, "--input %s: read failed", path.c_str());
     if (n == 0) break;
+    // SIGINT/SIGTERM (armed by `ringzero prepare`): stop between chunks; the caller's guard
+    // removes the half-built directory, and --out keeps what it held.
+    if (const int sig = stop_signal_received(); sig != 0)
+      RZ_FAIL("stopped by %s while reading %s; --out is as it was", signal_name(sig).c_str(), path.c_str());
     stats.bytes += static_cast<uint64_t>(n);
     if (!split_fortunes) {
       docs.feed(buf.data(), static_cast<size_t>(n));
@@ -489,6 +494,13 @@ PrepareStats prepare_dataset(const PrepareOptions& opt) {
   stats.val_tokens = val.total();
   stats.train_shards = train.names();
   stats.val_shards = val.names();
+  // No text at all (empty files, or documents that are all empty): an empty set of shards
+  // would replace --out's and only fail later, in train.
+  RZ_CHECK(stats.train_tokens + stats.val_tokens > 0,
+           "--input: no text in %zu file(s) (%llu bytes, %llu empty document(s)): nothing to prepare, %s left as it "
+           "was",
+           stats.sources.size(), static_cast<unsigned long long>(stats.bytes),
+           static_cast<unsigned long long>(stats.empty_docs), opt.out_dir.c_str());
   progress.update(stats.bytes, stats.train_tokens + stats.val_tokens, true);
 
   write_tokenizer_and_meta(stage, *tok, opt, stats);

@@ -6,9 +6,11 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -19,8 +21,10 @@
 #include <tuple>
 
 #include "base/check.h"
+#include "base/checked.h"
 #include "base/printable.h"
 #include "base/stop_signal.h"
+#include "comm/rank_env.h"
 #include "comm/rendezvous/job_auth.h"
 #include "comm/rendezvous/socket.h"
 
@@ -28,11 +32,22 @@ namespace rz {
 
 namespace {
 
+// A stop signal to the launcher, and whether the user asked again: a second signal at least
+// kRepeatWindowS after the first (one request is often delivered twice at once: timeout(1)
+// signals the launcher and then its own process group, a group kill reaches everyone).
 volatile sig_atomic_t g_stop_signal = 0;
-volatile sig_atomic_t g_stop_count = 0;
+volatile sig_atomic_t g_stop_again = 0;
+std::atomic<int64_t> g_first_stop_ns{0};
 void on_stop_signal(int sig) {
-  if (g_stop_signal == 0) g_stop_signal = sig;
-  g_stop_count = g_stop_count + 1;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  if (g_stop_signal == 0) {
+    g_stop_signal = sig;
+    g_first_stop_ns.store(now);
+  } else if (static_cast<double>(now - g_first_stop_ns.load()) >= kRepeatWindowS * 1e9) {
+    g_stop_again = 1;
+  }
 }
 
 struct Child {
@@ -175,18 +190,29 @@ std::chrono::steady_clock::duration seconds(double s) {
 // after stop_grace_s. A rank that stopped after a signal (a training rank's agreed stop:
 // every rank saves and exits after the same step), or one that failed only because a peer
 // went away, leaves the others stop_grace_s to exit by themselves first: the peer that
-// went away is still unwinding and about to print the error that says why. A stop signal
-// to the launcher is passed on as SIGTERM with signal_grace_s to save; a second one kills
-// at once.
+// went away is still unwinding and about to print the error that says why.
+// A stop signal to the launcher is passed on (forward_stop: the same signal, marked as the
+// launcher's) and the ranks get signal_grace_s to finish their step and save: the launcher
+// waits for them instead of killing them, so a signal that reached every process of the
+// job at once (scancel, systemd, a cgroup stop) costs no checkpoint. The user asking again
+// (base/stop_signal.h's kRepeatWindowS) is passed on as kStopNow, SIGKILL stop_grace_s later.
 void watch_children(std::vector<Child>& children, const LaunchOptions& opts) {
   enum class Phase { running, waiting, terminating, killed } phase = Phase::running;
   auto deadline = std::chrono::steady_clock::time_point::max();
-  int stop_signals_seen = 0;
+  int requests_passed_on = 0;  // 1: the first stop request, 2: the second (stop now)
   auto terminate = [&](double grace) {
     signal_running(children, SIGTERM);
     phase = Phase::terminating;
     deadline = std::chrono::steady_clock::now() + seconds(grace);
-    stop_signals_seen = g_stop_count;
+  };
+  auto pass_on = [&](bool now, double grace) {
+    for (auto& c : children)
+      if (c.running) {
+        forward_stop(c.pid, g_stop_signal, now);
+        c.signalled_by_launcher = true;
+      }
+    phase = Phase::terminating;
+    deadline = std::chrono::steady_clock::now() + seconds(grace);
   };
   for (;;) {
     pump_stderr(children, 50);
@@ -196,17 +222,22 @@ void watch_children(std::vector<Child>& children, const LaunchOptions& opts) {
       if (!c.running && c.status != 0)
         (c.stopped_after_signal() || looks_like_knock_on(c.last_line) ? waits : failed) = true;
     const bool late = std::chrono::steady_clock::now() > deadline;
-    if (phase == Phase::running || phase == Phase::waiting) {
-      if (g_stop_signal != 0) {
-        terminate(opts.signal_grace_s);
-      } else if (failed || (phase == Phase::waiting && late)) {
+    const int requests = g_stop_signal == 0 ? 0 : g_stop_again ? 2 : 1;
+    if (requests > requests_passed_on && phase != Phase::killed) {
+      // The first request while the ranks run; a second one, or one while they are already
+      // being stopped after a failure, stops them at once.
+      const bool now = requests == 2 || phase == Phase::terminating;
+      pass_on(now, now ? opts.stop_grace_s : opts.signal_grace_s);
+      requests_passed_on = requests;
+    } else if (phase == Phase::running || phase == Phase::waiting) {
+      if (failed || (phase == Phase::waiting && late)) {
         terminate(opts.stop_grace_s);
       } else if (waits && phase == Phase::running) {
         phase = Phase::waiting;
         deadline = std::chrono::steady_clock::now() + seconds(opts.stop_grace_s);
       }
-    } else if (phase == Phase::terminating && (late || g_stop_count > stop_signals_seen)) {
-      signal_running(children, SIGKILL);  // the grace period is over, or the user asked twice
+    } else if (phase == Phase::terminating && late) {
+      signal_running(children, SIGKILL);  // the grace period is over
       phase = Phase::killed;
     }
     if (running == 0) break;
@@ -231,7 +262,9 @@ int report_children(const std::vector<Child>& children) {
   for (const Child& c : children) {
     if (c.status != 0 && c.signalled_by_launcher) stopped_by_launcher.push_back(&c);
     if (c.received > 0) received.push_back(&c);
-    if (c.status == 0 || c.stopped_after_signal() || c.signalled_by_launcher) continue;
+    // A rank that a stop signal ended (the user's, asked twice) is part of the stop, not a failure.
+    const bool stopped_by_signal = g_stop_signal != 0 && (c.killed_by == SIGINT || c.killed_by == SIGTERM);
+    if (c.status == 0 || c.stopped_after_signal() || c.signalled_by_launcher || stopped_by_signal) continue;
     if (failed == nullptr || key(c) < key(*failed)) failed = &c;
   }
   if (failed != nullptr) {
@@ -242,9 +275,12 @@ int report_children(const std::vector<Child>& children) {
   }
   if (g_stop_signal != 0) {
     const bool killed = std::any_of(children.begin(), children.end(), [](const Child& c) { return c.killed_by == SIGKILL; });
-    std::fprintf(stderr, "ringzero: interrupted by %s; passed it on to every rank as SIGTERM: they %s\n",
+    std::fprintf(stderr, "ringzero: interrupted by %s; passed it on to every rank: they %s\n",
                  signal_name(g_stop_signal).c_str(),
-                 killed ? "stopped, some killed before they could save" : "finished their step and stopped");
+                 g_stop_again ? "were stopped at once when it came again (a checkpoint being written is left "
+                                "incomplete, never torn; the previous one stays whole)"
+                 : killed     ? "did not all stop within the grace period and were killed before they could save"
+                              : "finished their step and stopped");
     return 128 + g_stop_signal;
   }
   const auto stopped = std::find_if(children.begin(), children.end(), [](const Child& c) { return c.stopped_after_signal(); });
@@ -270,6 +306,22 @@ int report_children(const std::vector<Child>& children) {
 bool launched_by_ringzero() {
   const char* v = std::getenv("RINGZERO_LAUNCHED");
   return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+void refuse_launch_flags_under_launcher(const std::vector<std::string>& given) {
+  if (given.empty() || launched_by_ringzero()) return;
+  const RankEnv env = rank_env_from_environment();
+  if (*env.launcher == 0) return;
+  std::string flags, vars, names;
+  for (const auto& f : given) flags.append(flags.empty() ? "" : ", ").append(f);
+  for (const auto& v : launcher_variables(env)) {
+    vars.append(vars.empty() ? "" : " ").append(v);
+    names.append(" ").append(v, 0, v.find('='));
+  }
+  RZ_FAIL("%s given, but the environment already makes this process rank %d of %d (%s's %s, perhaps left over from "
+          "another job): unset%s to launch the ranks from here, or drop the launch flag%s to run as that rank",
+          flags.c_str(), env.rank, env.world_size, env.launcher, vars.c_str(), names.c_str(),
+          given.size() > 1 ? "s" : "");
 }
 
 std::string self_executable() {
@@ -319,7 +371,28 @@ void start_rank(Child& c, const std::vector<std::string>& child_argv, std::vecto
   int pipefd[2];
   RZ_SYSCHECK(pipe2(pipefd, O_CLOEXEC), "launcher: pipe()");
   std::vector<std::string> args = child_argv;
-  pid_t pid = fork();
+  // TEST ONLY: RINGZERO_TEST_FORK_FAILS=R makes rank R's fork fail as a full process table would.
+  const char* fail_at = std::getenv("RINGZERO_TEST_FORK_FAILS");
+  // SIGINT and SIGTERM are blocked across the fork: one that came between the fork and the
+  // child's reset to the default action would run the launcher's handler in the child (which
+  // only notes it) and be lost; blocked, it stays pending and ends the child at the unblock.
+  sigset_t stops, old_mask;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGINT);
+  sigaddset(&stops, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stops, &old_mask);
+  pid_t pid = fail_at != nullptr && std::atoi(fail_at) == c.rank ? (errno = EAGAIN, -1) : fork();
+  if (pid != 0) {
+    const int err = errno;
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    errno = err;
+  }
+  if (pid < 0) {
+    const int err = errno;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    errno = err;
+  }
   RZ_SYSCHECK(pid, "launcher: fork() for rank %d", c.rank);
   if (pid == 0) {
     // Child: stderr into the pipe, rank variables into the environment, then exec.
@@ -328,11 +401,12 @@ void start_rank(Child& c, const std::vector<std::string>& child_argv, std::vecto
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != launcher_pid) _exit(128 + SIGTERM);  // it died before prctl
     // Its own process group: a terminal's Ctrl-C reaches the launcher only, which passes
-    // it on once (a rank hit twice, by the terminal and the launcher, would not save).
+    // it on (base/stop_signal.h: a rank reached both ways would count it once anyway).
     setpgid(0, 0);
     dup2(pipefd[1], STDERR_FILENO);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     for (auto& kv : env_kv) putenv(kv.data());
     if (!std::getenv("OMP_NUM_THREADS")) setenv("OMP_NUM_THREADS", std::to_string(omp_threads).c_str(), 1);
     auto cargs = as_c_strings(args);
@@ -350,8 +424,12 @@ void start_rank(Child& c, const std::vector<std::string>& child_argv, std::vecto
 
 int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchOptions& opts) {
   RZ_CHECK(!child_argv.empty(), "launcher: no command to run");
-  RZ_CHECK(opts.nproc_per_node >= 1 && opts.nproc_per_node <= 1024,
-           "--nproc-per-node must be in 1..1024, got %d", opts.nproc_per_node);
+  // Bounded as threads are (base/checked.h): more ranks than 4 per core only thrash, each
+  // holds its own model and buffers, and a typo (1000) would start processes until memory
+  // runs out. Each rank then checks its share of the memory (train/loop.cpp).
+  RZ_CHECK(opts.nproc_per_node >= 1 && opts.nproc_per_node <= max_threads(),
+           "--nproc-per-node: expected 1..%d ranks (%d per core, %d cores on this machine), found %d", max_threads(),
+           kThreadsPerCore, online_cores(), opts.nproc_per_node);
   RZ_CHECK(opts.nnodes >= 1, "--nnodes must be at least 1, got %d", opts.nnodes);
   RZ_CHECK(opts.node_rank >= 0 && opts.node_rank < opts.nnodes,
            "--node-rank must be in 0..%d, got %d", opts.nnodes - 1, opts.node_rank);
@@ -367,14 +445,23 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   g_stop_signal = 0;
+  g_stop_again = 0;
 
   // A per-launch nonce lets the store refuse ranks of another job that shares the port and
   // token. Nodes of a multi-node job are launched separately and cannot share one.
   const std::string nonce = opts.nnodes == 1 ? random_job_token() : "";
   const pid_t launcher_pid = getpid();
-  std::vector<Child> children(static_cast<size_t>(opts.nproc_per_node));
+  std::vector<Child> children;
+  children.reserve(static_cast<size_t>(opts.nproc_per_node));
+  // Starting stops at the first failure: a signal (passed on to the ranks started), a rank
+  // that already failed, or a rank that cannot be started (no memory, a process limit).
+  std::string start_error;
   for (int local = 0; local < opts.nproc_per_node; ++local) {
-    Child& c = children[static_cast<size_t>(local)];
+    if (g_stop_signal != 0) break;
+    if (reap(children) < static_cast<int>(children.size()) &&
+        std::any_of(children.begin(), children.end(), [](const Child& c) { return !c.running && c.status != 0; }))
+      break;
+    Child c;
     c.rank = opts.node_rank * opts.nproc_per_node + local;
     std::vector<std::string> env_kv = {
         "RANK=" + std::to_string(c.rank),
@@ -387,12 +474,24 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
         "RINGZERO_LAUNCHED=1",
     };
     if (!nonce.empty()) env_kv.push_back("RINGZERO_JOB_NONCE=" + nonce);
-    start_rank(c, child_argv, env_kv, omp_threads, launcher_pid);
+    try {
+      start_rank(c, child_argv, env_kv, omp_threads, launcher_pid);
+    } catch (const Error& e) {
+      start_error = strfmt("could not start rank %d of %d: %s", c.rank, world, e.what());
+      break;
+    }
+    children.push_back(std::move(c));
   }
+  if (!start_error.empty()) signal_running(children, SIGTERM);  // they would wait for the missing rank
 
   watch_children(children, opts);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  if (!start_error.empty()) {
+    std::fprintf(stderr, "ringzero: %s; stopped the %zu rank(s) already started\n", start_error.c_str(),
+                 children.size());
+    return 1;
+  }
   return report_children(children);
 }
 

@@ -11,9 +11,12 @@
 // When a child fails (non-zero exit or a signal) the launcher stops the others (SIGTERM,
 // then SIGKILL after a grace period), prints which rank failed and its last error line,
 // and returns that rank's status (the earliest failure, not a knock-on one). Ctrl-C (SIGINT)
-// or SIGTERM to the launcher is passed on to the ranks as SIGTERM; a training rank finishes
-// its step, saves and exits (base/stop_signal.h); a second signal kills them. A launcher
-// that dies takes its ranks with it (PR_SET_PDEATHSIG).
+// or SIGTERM to the launcher is passed on to the ranks (the same signal, marked as the
+// launcher's: base/stop_signal.h's forward_stop) and the launcher waits for them: a training
+// rank finishes its step, saves and exits, even when the signal reached it directly too. A
+// second request (past base/stop_signal.h's repeat window) stops them at once. A launcher
+// that dies takes its ranks with it (PR_SET_PDEATHSIG). At most 4 ranks per core are
+// started, and starting stops at the first signal or failure.
 #pragma once
 
 #include <string>
@@ -29,8 +32,8 @@ struct LaunchOptions {
   int master_port = 0;        // 0: pick a free port (single node only)
   std::string job_token;      // empty: RINGZERO_JOB_TOKEN from the environment, else random (single node)
   double stop_grace_s = 5.0;  // SIGTERM -> SIGKILL delay when stopping the other ranks
-  // SIGTERM -> SIGKILL delay after SIGINT/SIGTERM to the launcher: ranks finish their step
-  // and save first. A second signal kills at once.
+  // SIGKILL this long after SIGINT/SIGTERM to the launcher was passed on: ranks finish their
+  // step and save first. A second request is passed on as "stop now", SIGKILL stop_grace_s later.
   double signal_grace_s = 300.0;
 };
 
@@ -41,6 +44,14 @@ int launch_local_ranks(const std::vector<std::string>& child_argv, const LaunchO
 
 // True inside a process started by launch_local_ranks.
 bool launched_by_ringzero();
+
+// Launch flags (`given`, as typed: "--nproc-per-node 2") beside a launcher's environment that
+// already makes this process a rank (torchrun's RANK/WORLD_SIZE, mpirun's OMPI_COMM_WORLD_*,
+// srun's SLURM_* with several tasks; a stale export in a shell is the usual case): the
+// environment would win and nothing be launched. Throws one line naming the flags and the
+// variables to unset; nothing when `given` is empty or ringzero's own launcher started this
+// process (its ranks are re-run with the flags).
+void refuse_launch_flags_under_launcher(const std::vector<std::string>& given);
 
 // Path of the running executable (/proc/self/exe).
 std::string self_executable();

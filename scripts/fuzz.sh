@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 targets=(fuzz_token_shard fuzz_model_file fuzz_debug_state fuzz_tokenizer_bin fuzz_train_checkpoint
-         fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_stop_notice
+         fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_rank_settings fuzz_stop_notice
          fuzz_flight_record fuzz_safetensors fuzz_hf_config fuzz_eval_file fuzz_tfevents)
 source scripts/ccache.sh
 launcher=("${rz_ccache_launcher[@]}")

@@ -32,9 +32,12 @@ if [ "$what" = all ] || [ "$what" = asan ]; then
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
   cmake --build build-asan --parallel "$jobs"
   # Leaks are findings too; a forked rank that exits through _exit is not checked.
+  # Label multiprocess (test_train_agree, test_train_preempt): whole jobs of launched ranks
+  # whose code paths the other train tests already run under ASan; here they would only
+  # stretch the stage by minutes (tests/CMakeLists.txt).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 1200 -E test_cuda -LE cuemu_jobs
+    ctest --test-dir build-asan -j "$jobs" --output-on-failure --timeout 1200 -E test_cuda -LE 'cuemu_jobs|multiprocess'
 fi
 
 if [ "$what" = all ] || [ "$what" = tsan ]; then

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "launch/launch.h"
 #include "tests/run_ringzero.h"
 
 namespace rz::test::hostile {
@@ -146,5 +147,45 @@ inline bool wait_for(const std::function<bool()>& cond, double seconds) {
   return cond();
 }
 
+// One job on several local "nodes": a launcher per node on this host, all with the same
+// --master-addr 127.0.0.1 and --master-port (a free one) and the same job token; args[i] is
+// node i's command line, which names its own --nnodes and --node-rank. Each runs under
+// timeout(1) with its output in its own log; the nodes start together and are all waited for.
+struct NodeRun {
+  int status = -1;
+  std::string output;
+  double seconds = 0;  // from the start of all nodes to this node's exit
+};
+inline std::vector<NodeRun> run_nodes(const std::vector<std::string>& args, int timeout_s = 120) {
+  const std::string port = std::to_string(rz::pick_free_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  std::vector<fs::path> logs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    logs.push_back(work_dir() / ("node" + std::to_string(i) + "_" + port + ".log"));
+    const std::string cmd = "exec env RINGZERO_JOB_TOKEN=0123456789abcdef0123456789abcdef timeout -k 5 " +
+                            std::to_string(timeout_s) + " " + quote(RINGZERO_BINARY) + " " + args[i] +
+                            " --master-addr 127.0.0.1 --master-port " + port + " > " + quote(logs.back().string()) +
+                            " 2>&1";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<NodeRun> out(args.size());
+  for (size_t left = args.size(); left > 0; --left) {
+    int st = 0;
+    const pid_t p = waitpid(-1, &st, 0);
+    const auto it = std::find(pids.begin(), pids.end(), p);
+    if (it == pids.end()) continue;
+    NodeRun& r = out[static_cast<size_t>(it - pids.begin())];
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  for (size_t i = 0; i < args.size(); ++i) out[i].output = slurp(logs[i]);
+  return out;
+}
 
 }  // namespace rz::test::hostile

@@ -18,6 +18,7 @@
 
 #include "base/check.h"
 #include "comm/factory.h"
+#include "comm/rendezvous/agreement.h"
 #include "comm/rendezvous/job_auth.h"
 #include "comm/rendezvous/socket.h"
 #include "comm/rendezvous/store.h"
@@ -382,4 +383,122 @@ TEST_CASE("store: request parsing refuses every malformed frame") {
   CHECK(r.op == 'C');
   CHECK(r.key == "k");
   CHECK(r.value == "v");
+}
+
+// --- the ranks' agreement at the rendezvous (comm/rendezvous/agreement.h, issue 40) --------
+
+namespace {
+
+// Runs agree_at_rendezvous for each rank on its own thread against one store; returns each
+// rank's error ("" when it agreed) and how long the slowest took.
+std::vector<std::string> agree_threads(const std::vector<RankSettings>& ranks, double* seconds = nullptr) {
+  StoreServer server(0, "tok");
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  const double t0 = now_s();
+  for (size_t r = 0; r < ranks.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        StoreClient c("127.0.0.1", server.port(), "tok", 60.0);
+        agree_at_rendezvous(c, static_cast<int>(r), ranks[r], 60.0);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (seconds != nullptr) *seconds = now_s() - t0;
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("agreement: settings encode and decode exactly, and malformed text is refused") {
+  const RankSettings s{3, {{"--lr", "0.0006"}, {"--odd", "tab\there\nnewline\\back"}, {"--empty", ""}}};
+  const auto back = decode_rank_settings(encode_rank_settings(s));
+  REQUIRE(back.has_value());
+  CHECK(back->world == 3);
+  CHECK(back->settings == s.settings);
+  for (const char* bad : {"", "ringzero-settings 1\n", "ringzero-settings 2\nworld 2\n", "ringzero-settings 1\nworld 0\n",
+                          "ringzero-settings 1\nworld 2\n--lr 0.1\n", "ringzero-settings 1\nworld 2\n--lr\t\\x\n",
+                          "ringzero-settings 1\nworld 2\n--lr\t1", "ringzero-settings 1\nworld 99999999\n"})
+    CHECK(!decode_rank_settings(bad).has_value());
+}
+
+TEST_CASE("agreement: the first difference is one line naming the key, the ranks and both values") {
+  const RankSettings zero{2, {{"--lr", "0.0006"}, {"--data", "a.bin (10 bytes, head 01); b.bin (20 bytes, head 02)"}}};
+  RankSettings one = zero;
+  CHECK(settings_difference(1, one, zero).empty());
+  one.settings[0].second = "0.5";
+  CHECK(settings_difference(1, one, zero) ==
+        "rank 1's --lr 0.5 differs from rank 0's 0.0006; every rank of a job must be given the same --lr");
+  one = zero;
+  one.settings[1].second = "a.bin (10 bytes, head 01); b.bin (21 bytes, head 03)";
+  CHECK(settings_difference(1, one, zero).find("item 2 is b.bin (21 bytes, head 03) on rank 1, b.bin (20 bytes, head "
+                                               "02) on rank 0") != std::string::npos);
+  one.world = 3;
+  CHECK(settings_difference(1, one, zero).rfind("rank 1 was started with WORLD_SIZE 3, rank 0 with 2", 0) == 0);
+  one = zero;
+  one.settings[0].second = "\x1b]0;title\x07";  // a terminal escape is shown escaped
+  CHECK(settings_difference(1, one, zero).find("\\x1b]0;title\\x07") != std::string::npos);
+}
+
+TEST_CASE("agreement: at the store every rank stops within seconds on a difference, from either side") {
+  const RankSettings a{3, {{"--seed", "1337"}}};
+  RankSettings b = a;
+  b.settings[0].second = "7";
+  SECTION("ranks that agree pass") {
+    for (const std::string& e : agree_threads({a, a, a})) CHECK(e.empty());
+  }
+  SECTION("rank 2 differs: all three ranks fail with its line") {
+    double s = 0;
+    for (const std::string& e : agree_threads({a, a, b}, &s)) CHECK(e == settings_difference(2, b, a));
+    CHECK(s < 20.0);
+  }
+  SECTION("a rank beyond rank 0's world size names the difference itself") {
+    // Rank 0 and 1 of a job of 2, and a rank 2 started for 3: the job of 2 is whole and goes
+    // on; rank 2 reads rank 0's settings and fails at once.
+    const RankSettings two{2, {{"--seed", "1337"}}};
+    StoreServer server(0, "tok");
+    std::string errors[3];
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          StoreClient c("127.0.0.1", server.port(), "tok", 60.0);
+          agree_at_rendezvous(c, r, r < 2 ? two : a, 60.0);
+        } catch (const Error& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    CHECK(errors[0].empty());
+    CHECK(errors[1].empty());
+    CHECK(errors[2].rfind("rank 2 was started with WORLD_SIZE 3, rank 0 with 2", 0) == 0);
+  }
+}
+
+TEST_CASE("agreement: through a communicator (--comm mpi) the same line reaches every rank") {
+  const SettingsToAgree zero = {{"--lr", "0.0006"}, {"--strategy", "zero2"}};
+  SettingsToAgree other = zero;
+  other[1].second = "zero1";
+  auto comms = make_thread_communicators(3, CommOptions{});
+  std::string errors[3];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        agree_by_collective(*comms[r], r == 1 ? other : zero);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors)
+    CHECK(e == "rank 1's --strategy zero1 differs from rank 0's zero2; every rank of a job must be given the same "
+               "--strategy");
+  // And ranks that agree pass without a second gather.
+  auto same = make_thread_communicators(2, CommOptions{});
+  std::thread t1([&] { agree_by_collective(*same[1], zero); });
+  agree_by_collective(*same[0], zero);
+  t1.join();
 }

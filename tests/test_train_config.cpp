@@ -14,6 +14,7 @@
 #include "kernels/cpu/matmul_onednn.h"
 #include "train/config.h"
 #include "train/config_resolved.h"
+#include "train/config_agree.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
 #include "tests/test_paths.h"
@@ -418,4 +419,59 @@ TEST_CASE("the printed table shows what automatic keys resolved to, and from whe
   CHECK(given.at("layers") == "2 (from the --init model)");
   const std::string table = format_config_table(cfg, given);
   CHECK(table.find("2 (from the --init model)") != std::string::npos);
+}
+
+TEST_CASE("every settings row decides whether the ranks of a job must agree on it") {
+  // A row added without the column does not compile (config.cpp's static_assert); this names
+  // the rows and holds the decisions the issue asks for.
+  std::map<std::string, Agree> agree;
+  for (const auto& k : config_keys()) {
+    INFO(k.name);
+    CHECK(k.agree != Agree::undecided);
+    agree[k.name] = k.agree;
+  }
+  for (const char* must : {"model", "layers", "channels", "heads", "vocab", "max_seq", "precision", "strategy",
+                           "bucket_mb", "buckets_in_flight", "batch", "seq", "total_batch_tokens", "lr", "warmup",
+                           "lr_floor", "weight_decay", "grad_clip", "steps", "seed", "resume", "comm", "transport",
+                           "hellaswag_every"}) {
+    INFO(must);
+    CHECK(agree.at(must) == Agree::same);
+  }
+  for (const char* files : {"data", "val_data", "tokenizer", "init", "gpt2_dir", "hellaswag"}) CHECK(agree.at(files) == Agree::same_files);
+  for (const char* free : {"save_dir", "metrics", "tensorboard", "memory_report", "threads", "flight_dir", "comm_timeout",
+                           "nproc_per_node", "node_rank", "master_addr", "master_port"}) {
+    INFO(free);
+    CHECK(agree.at(free) == Agree::free);
+  }
+}
+
+TEST_CASE("the settings to agree on: free keys left out, files by name, size and header, not by path") {
+  const fs::path dir = fs::temp_directory_path() / ("rz_test_agree_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  for (const char* sub : {"a", "b"}) std::ofstream(dir / sub / "train_000000.bin") << std::string(5000, 'x');
+  TrainConfig a;
+  a.data = (dir / "a" / "train_*.bin").string();
+  a.lr = 6e-4;
+  TrainConfig b = a;
+  b.data = (dir / "b" / "train_*.bin").string();  // another path, the same file
+  b.threads = 2;
+  b.save_dir = "/elsewhere";
+  b.device = parse_device_spec("cpu");
+  CHECK(settings_to_agree(a) == settings_to_agree(b));
+  const auto pairs = settings_to_agree(a);
+  auto value = [&](const std::string& flag) {
+    for (const auto& [k, v] : pairs)
+      if (k == flag) return v;
+    return std::string("(absent)");
+  };
+  CHECK(value("--lr") == "0.0006");
+  CHECK(value("--threads") == "(absent)");
+  CHECK(value("--save-dir") == "(absent)");
+  CHECK(value("--data").rfind("train_000000.bin (5000 bytes, head ", 0) == 0);
+  CHECK(value("--trace") == "(not set)");
+  // A byte changed in the first 4 KiB is another file; the path alone is not.
+  std::ofstream(dir / "b" / "train_000000.bin") << std::string(4095, 'x') << 'y' << std::string(904, 'x');
+  CHECK(settings_to_agree(a) != settings_to_agree(b));
+  fs::remove_all(dir);
 }

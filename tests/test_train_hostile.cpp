@@ -18,10 +18,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
+#include "comm/rendezvous/agreement.h"
+#include "comm/rendezvous/store.h"
 #include "launch/launch.h"
 #include "tests/hostile_util.h"
 
@@ -201,7 +204,18 @@ TEST_CASE("a rank stopped during shm rendezvous leaves no segment, and names car
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Rank 0 creates its inbox, publishes it and waits for rank 1, who never comes.
+  // Rank 1 is played by this test: it joins the store and agrees with rank 0's settings
+  // (comm/rendezvous/agreement.h), so rank 0 goes on to create its inbox, publishes it and
+  // waits for rank 1's, which never comes.
+  std::unique_ptr<rz::StoreClient> rank1;
+  std::thread agree([&] {
+    rank1 = std::make_unique<rz::StoreClient>("127.0.0.1", port, token, 60.0);
+    rank1->claim("rank/1", "this test", nullptr);
+    const auto zeros = rz::decode_rank_settings(rank1->get("agree/0"));
+    REQUIRE(zeros.has_value());
+    rz::agree_at_rendezvous(*rank1, 1, *zeros, 60.0);
+  });
+  agree.join();
   const std::string prefix = "ringzero-" + std::to_string(rank0) + "-";
   auto segments = [&] {
     std::vector<std::string> out;

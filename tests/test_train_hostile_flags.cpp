@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 
+#include "base/checked.h"
 #include "launch/launch.h"
 #include "tests/hostile_util.h"
 
@@ -239,4 +241,156 @@ TEST_CASE("precision auto resolved differently on two ranks is one error at setu
     INFO(log.string() << ":\n" << slurp(log));
     CHECK(slurp(log).find(want) != std::string::npos);
   }
+}
+
+// --- issue 40, section 6: bounds and signals ---------------------------------------------
+
+namespace {
+
+// Waits up to `seconds` for the spawned process to end; kills it (and fails) when it does not.
+int wait_bounded(pid_t sh, double seconds) {
+  int st = 0;
+  const bool ended = wait_for([&] { return waitpid(sh, &st, WNOHANG) == sh; }, seconds);
+  if (!ended) {
+    kill(sh, SIGKILL);  // timeout(1): its child follows with -k
+    waitpid(sh, &st, 0);
+    FAIL("still running " << seconds << " s after the signal");
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// The one process a spawn() started: timeout(1)'s child.
+pid_t spawned_ringzero(pid_t sh) {
+  std::vector<pid_t> c;
+  REQUIRE(wait_for([&] { return (c = children_of(sh)).size() == 1; }, 30));
+  return c[0];
+}
+
+}  // namespace
+
+TEST_CASE("--nproc-per-node beyond 4 ranks per core is refused before anything starts") {
+  const int too_many = rz::max_threads() + 1;
+  for (int n : {too_many, 1000}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Result r = run(tiny_args("--steps 2 --nproc-per-node " + std::to_string(n)), 60);
+    check_one_line_error(r, "--nproc-per-node: expected 1.." + std::to_string(rz::max_threads()) + " ranks (4 per core, " +
+                                std::to_string(rz::online_cores()) + " cores on this machine), found " + std::to_string(n));
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20.0);
+    CHECK(r.output.find("[rank") == std::string::npos);  // no rank was started
+  }
+}
+
+TEST_CASE("a rank that cannot be started ends the launch at once: the others stopped, one line, non-zero") {
+  // RINGZERO_TEST_FORK_FAILS=1: rank 1's fork fails as it does when memory or the process
+  // table runs out. Rank 0, started already, must not wait for it.
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run(tiny_args("--steps 2 --nproc-per-node 3 --comm-timeout 200"), 120, "RINGZERO_TEST_FORK_FAILS=1");
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(last_line(r.output).find("ringzero: could not start rank 1 of 3: launcher: fork() for rank 1:") !=
+        std::string::npos);
+  CHECK(last_line(r.output).find("stopped the 1 rank(s) already started") != std::string::npos);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30.0);
+}
+
+TEST_CASE("train caps --sample-tokens as sample does, and a long sample stops at SIGTERM and saves") {
+  check_one_line_error(run(tiny_args("--steps 2 --sample-every 1 --sample-tokens 100000000")),
+                       "--sample-tokens: expected 1..1048576 tokens (each is a forward pass), found 100000000");
+  const fs::path d = work_dir() / "long_sample";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const fs::path m = d / "m.jsonl";
+  const pid_t sh = spawn(tiny_args("--steps 1000 --sample-every 1 --sample-tokens 1048576 --save-dir " +
+                                   quote((d / "ck").string()) + " --metrics " + quote(m.string())),
+                         d / "log.txt");
+  const pid_t rz = spawned_ringzero(sh);
+  REQUIRE(wait_for([&] { return !metric_steps(m).empty(); }, 60));  // step 1 is done: its sample runs
+  REQUIRE(kill(rz, SIGTERM) == 0);
+  const int status = wait_bounded(sh, 30);
+  INFO(slurp(d / "log.txt"));
+  CHECK(status == 128 + SIGTERM);
+  const std::vector<std::string> saved = complete_steps(d / "ck");
+  REQUIRE(saved.size() == 1);
+  CHECK(std::stoi(saved[0].substr(5)) == metric_steps(m).back());
+}
+
+TEST_CASE("a long evaluation stops at SIGTERM and saves") {
+  const fs::path d = work_dir() / "long_eval";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  const fs::path log = d / "log.txt";
+  const pid_t sh = spawn(tiny_args("--steps 1000 --val-data " + quote((data_dir() / "val_*.bin").string()) +
+                                   " --eval-every 1 --eval-batches 100000000 --save-dir " + quote((d / "ck").string())),
+                         log);
+  const pid_t rz = spawned_ringzero(sh);
+  // The memory report follows step 1, right before its evaluation.
+  REQUIRE(wait_for([&] { return slurp(log).find("peak total") != std::string::npos; }, 60));
+  REQUIRE(kill(rz, SIGTERM) == 0);
+  const int status = wait_bounded(sh, 30);
+  INFO(slurp(log));
+  CHECK(status == 128 + SIGTERM);
+  CHECK(complete_steps(d / "ck").size() == 1);
+  CHECK(slurp(log).find("checkpoint") != std::string::npos);
+}
+
+TEST_CASE("what cannot fit in memory is refused up front, naming the planned and the available bytes") {
+  // Under ulimit -v, so that a regression fails on an allocation instead of taking the machine
+  // (not under a sanitizer, whose shadow memory does not fit under it).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const std::string limit;
+#else
+  const std::string limit = "ulimit -v 4000000;";
+#endif
+  Result b = run("bench-step --model d48 --batch 4096 --seq 1048576 --max-seq 1048576", 60, limit);
+  check_one_line_error(b, "bench-step: planned ");
+  CHECK(last_line(b.output).find("TiB per rank (an upper estimate") != std::string::npos);
+  CHECK(last_line(b.output).find("is available (") != std::string::npos);
+  Result c = run("comm-bench --nproc 2 --max-bytes 60G --iters 1 --warmup 0", 60, limit);
+  check_one_line_error(c, "comm-bench: planned 180.00 GiB per rank (the tensor and its shard at --max-bytes, twice) x 2 "
+                          "ranks = 360.00 GiB, but only ");
+  Result t = run(tiny_args("--steps 1 --channels 8192 --layers 60"), 60, limit);  // 48e9 parameters: 770 GB
+  check_one_line_error(t, "memory: planned ");
+  CHECK(last_line(t.output).find("(model states ") != std::string::npos);
+  CHECK(last_line(t.output).find("is available (") != std::string::npos);
+}
+
+TEST_CASE("prepare on input without text says so and exits non-zero, leaving --out as it was") {
+  const fs::path d = work_dir() / "empty_text";
+  fs::create_directories(d);
+  std::ofstream(d / "a.txt").close();
+  std::ofstream(d / "b.txt").close();
+  const fs::path out = work_dir() / "empty_out";
+  Result r = run("prepare --input " + quote(d.string()) + " --out " + quote(out.string()));
+  check_one_line_error(r, "--input: no text in 2 file(s) (0 bytes, 2 empty document(s)): nothing to prepare");
+  CHECK(!fs::exists(out / "meta.json"));
+}
+
+TEST_CASE("prepare stopped by SIGTERM keeps --out as it was and leaves no half-built directory") {
+  const fs::path out = work_dir() / "stopped_prep";
+  Result first = run("prepare --input " + quote(write_text("stop_small", 2, 50).string()) + " --out " +
+                     quote(out.string()));
+  REQUIRE(first.status == 0);
+  const std::string meta = slurp(out / "meta.json");
+  const fs::path big = write_text("stop_big", 8, 400000);  // about 100 MB: seconds of tokenizing
+  const pid_t sh = spawn("prepare --input " + quote(big.string()) + " --out " + quote(out.string()),
+                         work_dir() / "stop_prep.log");
+  const pid_t rz = spawned_ringzero(sh);
+  auto staging = [&] {
+    std::vector<fs::path> out_dirs;
+    for (const auto& e : fs::directory_iterator(work_dir()))
+      if (e.path().filename().string().rfind(".stopped_prep.prepare.", 0) == 0) out_dirs.push_back(e.path());
+    return out_dirs;
+  };
+  // Polled every millisecond: tokenizing the text takes about half a second here.
+  const auto t0 = std::chrono::steady_clock::now();
+  while (staging().empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(kill(rz, SIGTERM) == 0);
+  const int status = wait_bounded(sh, 30);
+  const std::string log = slurp(work_dir() / "stop_prep.log");
+  INFO(log);
+  CHECK(status == 128 + SIGTERM);
+  CHECK(log.find("stopped by SIGTERM while reading") != std::string::npos);
+  CHECK(staging().empty());
+  CHECK(slurp(out / "meta.json") == meta);
 }

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -128,6 +129,7 @@ enum class Allowed {
   threads,       // 0, or 1 .. base/checked.h's max_threads()
   reduce_dtype,  // auto, bf16 or fp32 (--grad-reduce-dtype)
   spike_metric,  // loss or grad_norm
+  sample_tokens, // 1 .. kMaxSampleTokens
 };
 
 struct Setting {
@@ -135,77 +137,88 @@ struct Setting {
   Field field;
   Allowed allowed;
   const char* help;
+  Agree agree = Agree::undecided;  // whether every rank must hold the same value (config.h); each row decides
 };
 
 // clang-format off
-const Setting kSettings[] = {
-  {"model", &TrainConfig::model, Allowed::any, "model preset the shape starts from (tiny, d2, d4, d6, d12, d24, d36, d48)"},
-  {"layers", &TrainConfig::layers, Allowed::non_negative, "number of layers L (0: the preset's)"},
-  {"channels", &TrainConfig::channels, Allowed::non_negative, "channels C (0: the preset's)"},
-  {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)"},
-  {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)"},
-  {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)"},
-  {"init", &TrainConfig::init, Allowed::any, "the model to start from instead of random init: an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) or hf:DIR (a Hugging Face GPT-2 directory)"},
-  {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)"},
-  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; cuda is " RZ_GPU_STATUS "; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)"},
-  {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)"},
-  {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)"},
-  {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)"},
-  {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files"},
-  {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)"},
-  {"tokenizer", &TrainConfig::tokenizer, Allowed::any, "byte, gpt2 or a tokenizer.bin path (empty: tokenizer.bin beside the data)"},
-  {"gpt2_dir", &TrainConfig::gpt2_dir, Allowed::any, "directory holding encoder.json and vocab.bpe (tokenizer = gpt2)"},
-  {"steps", &TrainConfig::steps, Allowed::positive, "optimizer steps in total (resumed runs count the earlier ones)"},
-  {"batch", &TrainConfig::batch, Allowed::positive, "micro-batch size B (sequences per rank per micro-step)"},
-  {"seq", &TrainConfig::seq, Allowed::positive, "sequence length T"},
-  {"total_batch_tokens", &TrainConfig::total_batch_tokens, Allowed::non_negative, "tokens per optimizer step over all ranks (0: B*T*world, no accumulation)"},
-  {"lr", &TrainConfig::lr, Allowed::positive, "peak learning rate"},
-  {"warmup", &TrainConfig::warmup, Allowed::non_negative, "linear warmup steps"},
-  {"lr_floor", &TrainConfig::lr_floor, Allowed::fraction, "cosine decay ends at lr * lr_floor"},
-  {"weight_decay", &TrainConfig::weight_decay, Allowed::non_negative, "AdamW decoupled weight decay"},
-  {"grad_clip", &TrainConfig::grad_clip, Allowed::non_negative, "clip the global gradient norm to this (0: no clipping)"},
-  {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling"},
-  {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping"},
-  {"max_consecutive_skips", &TrainConfig::max_consecutive_skips, Allowed::positive, "skip_nonfinite: the run stops with an error after this many steps skipped in a row (the one bound a loss-spike guard shares)"},
-  {"spike_zscore", &TrainConfig::spike_zscore, Allowed::non_negative, "loss-spike guard: skip the update of a step whose loss (spike_metric) is more than this many standard deviations above the mean of the last spike_window accepted steps; skips count against max_consecutive_skips (0: off)"},
-  {"spike_window", &TrainConfig::spike_window, Allowed::positive, "spike guard: accepted steps in its moving window (nothing is skipped until it is full)"},
-  {"spike_metric", &TrainConfig::spike_metric, Allowed::spike_metric, "spike guard: what it watches, loss or grad_norm (the global gradient norm before clipping)"},
-  {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients, optimizer state and (zero3) parameters are kept and synchronised (docs/zero.md)"},
-  {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)"},
-  {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job"},
-  {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node"},
-  {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)"},
-  {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)"},
-  {"comm", &TrainConfig::comm, Allowed::any, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; " RZ_GPU_STATUS ")"},
-  {"transport", &TrainConfig::transport, Allowed::any, "how ranks on different processes talk (auto: shm when all share a host)"},
-  {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing"},
-  {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)"},
-  {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else TMPDIR/ringzero-UID/flight-JOB, private to this user)"},
-  {"flight_entries", &TrainConfig::flight_entries, Allowed::non_negative, "collectives each rank's flight recorder keeps (0: none)"},
-  {"flight_watchdog", &TrainConfig::flight_watchdog, Allowed::non_negative, "seconds without progress in a collective before a rank writes its flight record (0: never; the comm timeout always does)"},
-  {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB"},
-  {"buckets_in_flight", &TrainConfig::buckets_in_flight, Allowed::positive, "zero2: staging buckets reduce-scattering at once"},
-  {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, Allowed::any, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)"},
-  {"grad_reduce_dtype", &TrainConfig::grad_reduce_dtype, Allowed::reduce_dtype, "bf16 runs: the dtype gradient buckets travel and are summed in: bf16 (rounded at every ring hop) or fp32 (twice the bytes, rounded once; fp32 reduce buffers); auto: the precision's (docs/comm.md)"},
-  {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none); one job at a time (ringzero.lock)"},
-  {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)"},
-  {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)"},
-  {"resume", &TrainConfig::resume, Allowed::any, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start"},
-  {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)"},
-  {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)"},
-  {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation"},
-  {"hellaswag", &TrainConfig::hellaswag, Allowed::any, "llm.c eval file (hellaswag_val.bin, the tokenizer's ids) scored in llm.c's completion style: acc (least summed loss) and acc_norm (least mean loss) over each example's endings; rows must fit in seq (empty: none)"},
-  {"hellaswag_every", &TrainConfig::hellaswag_every, Allowed::non_negative, "score --hellaswag every n steps, and at the end, sharded over the ranks (0: never)"},
-  {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)"},
-  {"sample_tokens", &TrainConfig::sample_tokens, Allowed::positive, "tokens per generated sample"},
-  {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens"},
-  {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)"},
-  {"tensorboard", &TrainConfig::tensorboard, Allowed::any, "directory for a TensorBoard event file of this run: every value the metrics JSONL records, per step (tag = its key), and each rank's peak memory; flushed at each eval (empty: none)"},
-  {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)"},
-  {"trace", &TrainConfig::trace, Allowed::any, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)"},
-  {"trace_steps", &TrainConfig::trace_steps, Allowed::any, "steps A:B (1-based, inclusive) the --trace timeline covers"},
+constexpr Setting kSettings[] = {
+  {"model", &TrainConfig::model, Allowed::any, "model preset the shape starts from (tiny, d2, d4, d6, d12, d24, d36, d48)", Agree::same},
+  {"layers", &TrainConfig::layers, Allowed::non_negative, "number of layers L (0: the preset's)", Agree::same},
+  {"channels", &TrainConfig::channels, Allowed::non_negative, "channels C (0: the preset's)", Agree::same},
+  {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)", Agree::same},
+  {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)", Agree::same},
+  {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)", Agree::same},
+  {"init", &TrainConfig::init, Allowed::any, "the model to start from instead of random init: an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) or hf:DIR (a Hugging Face GPT-2 directory)", Agree::same_files},
+  {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)", Agree::same},
+  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; cuda is " RZ_GPU_STATUS "; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)", Agree::same_kind},
+  {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)", Agree::same},
+  {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)", Agree::same},
+  {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)", Agree::free},
+  {"data", &TrainConfig::data, Allowed::any, "training shards: a glob or comma-separated list of llm.c .bin files", Agree::same_files},
+  {"val_data", &TrainConfig::val_data, Allowed::any, "validation shards (empty: no validation)", Agree::same_files},
+  {"tokenizer", &TrainConfig::tokenizer, Allowed::any, "byte, gpt2 or a tokenizer.bin path (empty: tokenizer.bin beside the data)", Agree::same_files},
+  {"gpt2_dir", &TrainConfig::gpt2_dir, Allowed::any, "directory holding encoder.json and vocab.bpe (tokenizer = gpt2)", Agree::same_files},
+  {"steps", &TrainConfig::steps, Allowed::positive, "optimizer steps in total (resumed runs count the earlier ones)", Agree::same},
+  {"batch", &TrainConfig::batch, Allowed::positive, "micro-batch size B (sequences per rank per micro-step)", Agree::same},
+  {"seq", &TrainConfig::seq, Allowed::positive, "sequence length T", Agree::same},
+  {"total_batch_tokens", &TrainConfig::total_batch_tokens, Allowed::non_negative, "tokens per optimizer step over all ranks (0: B*T*world, no accumulation)", Agree::same},
+  {"lr", &TrainConfig::lr, Allowed::positive, "peak learning rate", Agree::same},
+  {"warmup", &TrainConfig::warmup, Allowed::non_negative, "linear warmup steps", Agree::same},
+  {"lr_floor", &TrainConfig::lr_floor, Allowed::fraction, "cosine decay ends at lr * lr_floor", Agree::same},
+  {"weight_decay", &TrainConfig::weight_decay, Allowed::non_negative, "AdamW decoupled weight decay", Agree::same},
+  {"grad_clip", &TrainConfig::grad_clip, Allowed::non_negative, "clip the global gradient norm to this (0: no clipping)", Agree::same},
+  {"seed", &TrainConfig::seed, Allowed::any, "seed of model init, data order and sampling", Agree::same},
+  {"skip_nonfinite", &TrainConfig::skip_nonfinite, Allowed::any, "skip a step whose loss is NaN or inf instead of stopping", Agree::same},
+  {"max_consecutive_skips", &TrainConfig::max_consecutive_skips, Allowed::positive, "skip_nonfinite: the run stops with an error after this many steps skipped in a row (the one bound a loss-spike guard shares)", Agree::same},
+  {"spike_zscore", &TrainConfig::spike_zscore, Allowed::non_negative, "loss-spike guard: skip the update of a step whose loss (spike_metric) is more than this many standard deviations above the mean of the last spike_window accepted steps; skips count against max_consecutive_skips (0: off)", Agree::same},
+  {"spike_window", &TrainConfig::spike_window, Allowed::positive, "spike guard: accepted steps in its moving window (nothing is skipped until it is full)", Agree::same},
+  {"spike_metric", &TrainConfig::spike_metric, Allowed::spike_metric, "spike guard: what it watches, loss or grad_norm (the global gradient norm before clipping)", Agree::same},
+  {"strategy", &TrainConfig::strategy, Allowed::any, "how gradients, optimizer state and (zero3) parameters are kept and synchronised (docs/zero.md)", Agree::same},
+  {"nproc_per_node", &TrainConfig::nproc_per_node, Allowed::positive, "ranks to run on this node (> 1: ringzero launches them itself)", Agree::free},
+  {"nnodes", &TrainConfig::nnodes, Allowed::positive, "nodes in the job", Agree::free},
+  {"node_rank", &TrainConfig::node_rank, Allowed::non_negative, "index of this node", Agree::free},
+  {"master_addr", &TrainConfig::master_addr, Allowed::any, "rendezvous host (rank 0's node)", Agree::free},
+  {"master_port", &TrainConfig::master_port, Allowed::port, "rendezvous port (0: pick a free one; single node only)", Agree::free},
+  {"comm", &TrainConfig::comm, Allowed::any, "collectives: ring (ringzero's own), mpi (ranks started by mpirun) or nccl (GPU ranks; " RZ_GPU_STATUS ")", Agree::same},
+  {"transport", &TrainConfig::transport, Allowed::any, "how ranks on different processes talk (auto: shm when all share a host)", Agree::same},
+  {"comm_timeout", &TrainConfig::comm_timeout, Allowed::positive, "seconds a collective may wait for a peer before failing", Agree::free},
+  {"comm_debug", &TrainConfig::comm_debug, Allowed::any, "compare every collective's (seq, op, dtype, count) across ranks before it runs: a program mismatch fails at once, naming both sides (RINGZERO_COMM_DEBUG=1)", Agree::same},
+  {"flight_dir", &TrainConfig::flight_dir, Allowed::any, "where each rank writes its flight record (rank<R>.json) on a comm error, SIGUSR1 or the watchdog; `ringzero doctor DIR` reads them (empty: save_dir/flight, else TMPDIR/ringzero-UID/flight-JOB, private to this user)", Agree::free},
+  {"flight_entries", &TrainConfig::flight_entries, Allowed::non_negative, "collectives each rank's flight recorder keeps (0: none)", Agree::free},
+  {"flight_watchdog", &TrainConfig::flight_watchdog, Allowed::non_negative, "seconds without progress in a collective before a rank writes its flight record (0: never; the comm timeout always does)", Agree::free},
+  {"bucket_mb", &TrainConfig::bucket_mb, Allowed::bucket_mb, "gradient bucket size in MiB", Agree::same},
+  {"buckets_in_flight", &TrainConfig::buckets_in_flight, Allowed::positive, "zero2: staging buckets reduce-scattering at once", Agree::same},
+  {"grad_shard_fp32", &TrainConfig::grad_shard_fp32, Allowed::any, "zero2 in bf16: keep the owned gradient shard in fp32 (exact accumulation)", Agree::same},
+  {"grad_reduce_dtype", &TrainConfig::grad_reduce_dtype, Allowed::reduce_dtype, "bf16 runs: the dtype gradient buckets travel and are summed in: bf16 (rounded at every ring hop) or fp32 (twice the bytes, rounded once; fp32 reduce buffers); auto: the precision's (docs/comm.md)", Agree::same},
+  {"save_dir", &TrainConfig::save_dir, Allowed::any, "directory for step_NNNNNNNN checkpoints (empty: none); one job at a time (ringzero.lock)", Agree::free},
+  {"save_every", &TrainConfig::save_every, Allowed::non_negative, "checkpoint every k steps, and at the end (0: only at the end)", Agree::same},
+  {"keep", &TrainConfig::keep, Allowed::non_negative, "keep the newest N complete checkpoints (0: all)", Agree::same},
+  {"resume", &TrainConfig::resume, Allowed::any, "yes (--resume): the newest complete checkpoint in save_dir; auto: the newest intact one, else a fresh start", Agree::same},
+  {"overwrite", &TrainConfig::overwrite, Allowed::any, "a run without resume deletes the checkpoints already in save_dir (else that is an error)", Agree::same},
+  {"eval_every", &TrainConfig::eval_every, Allowed::non_negative, "validation loss every n steps, and at the end (0: never)", Agree::same},
+  {"eval_batches", &TrainConfig::eval_batches, Allowed::positive, "validation batches per rank per evaluation", Agree::same},
+  {"hellaswag", &TrainConfig::hellaswag, Allowed::any, "llm.c eval file (hellaswag_val.bin, the tokenizer's ids) scored in llm.c's completion style: acc (least summed loss) and acc_norm (least mean loss) over each example's endings; rows must fit in seq (empty: none)", Agree::same_files},
+  {"hellaswag_every", &TrainConfig::hellaswag_every, Allowed::non_negative, "score --hellaswag every n steps, and at the end, sharded over the ranks (0: never)", Agree::same},
+  {"sample_every", &TrainConfig::sample_every, Allowed::non_negative, "print a generated sample every m steps, and at the end (0: never)", Agree::same},
+  {"sample_tokens", &TrainConfig::sample_tokens, Allowed::sample_tokens, "tokens per generated sample", Agree::same},
+  {"sample_top_k", &TrainConfig::sample_top_k, Allowed::non_negative, "sampling: 0 greedy, k > 0 draw from the k most likely tokens", Agree::same},
+  {"metrics", &TrainConfig::metrics, Allowed::any, "JSONL file with one object per step (empty: none)", Agree::free},
+  {"tensorboard", &TrainConfig::tensorboard, Allowed::any, "directory for a TensorBoard event file of this run: every value the metrics JSONL records, per step (tag = its key), and each rank's peak memory; flushed at each eval (empty: none)", Agree::free},
+  {"memory_report", &TrainConfig::memory_report, Allowed::any, "JSON file for the per-rank memory report after step 1 (empty: none)", Agree::free},
+  {"trace", &TrainConfig::trace, Allowed::any, "Chrome trace-event JSON timeline for Perfetto / chrome://tracing (empty: none)", Agree::same_presence},
+  {"trace_steps", &TrainConfig::trace_steps, Allowed::any, "steps A:B (1-based, inclusive) the --trace timeline covers", Agree::same},
 };
 // clang-format on
+
+// The first row whose agree column is undecided, or -1. A row added without deciding whether
+// the ranks of a job must share its value fails the build here (its index shows in the error).
+constexpr int first_undecided_row() {
+  for (int i = 0; i < static_cast<int>(std::size(kSettings)); ++i)
+    if (kSettings[i].agree == Agree::undecided) return i;
+  return -1;
+}
+static_assert(first_undecided_row() == -1,
+              "a kSettings row leaves its agree column undecided: say whether every rank must hold the same value");
 
 const Setting* find_setting(const std::string& name) {
   std::string n = name;
@@ -279,6 +292,7 @@ std::string allowed_text(const Setting& k) {
     case Allowed::threads: return strfmt("0 or 1..%d", max_threads());
     case Allowed::reduce_dtype: return "auto, bf16 or fp32";
     case Allowed::spike_metric: return "loss or grad_norm";
+    case Allowed::sample_tokens: return strfmt("1..%d", kMaxSampleTokens);
   }
   return "";
 }
@@ -302,6 +316,10 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
             case Allowed::fraction: RZ_CHECK(d >= 0 && d <= 1, "expected a fraction in [0, 1], found %g", d); break;
             case Allowed::port: RZ_CHECK(d >= 0 && d <= 65535, "expected 0..65535, found %g", d); break;
             case Allowed::bucket_mb: check_bucket_mb(d); break;
+            case Allowed::sample_tokens:
+              RZ_CHECK(d >= 1 && d <= kMaxSampleTokens, "expected 1..%d tokens (each is a forward pass), found %lld",
+                       kMaxSampleTokens, static_cast<long long>(v));
+              break;
             case Allowed::threads:
               RZ_CHECK(d >= 0 && d <= max_threads(),
                        "expected 0 (OMP_NUM_THREADS or the launcher's share) or 1..%d (%d x the %d cores of this "
@@ -415,7 +433,11 @@ std::string to_text(const T& v) {
   if constexpr (std::is_same_v<T, std::string>) return v;
   else if constexpr (is_named_v<T>) return Named<T>::name(v);
   else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-  else if constexpr (std::is_same_v<T, double>) return strfmt("%.17g", v);
+  else if constexpr (std::is_same_v<T, double>) {  // the shortest text that reads back as v: 6e-4 is "0.0006"
+    char buf[32];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+    return std::string(buf, ec == std::errc() ? end : buf);
+  }
   else return std::to_string(v);
 }
 
@@ -432,6 +454,18 @@ std::string shown_value(const TrainConfig& cfg, const Setting& k) {
 }
 
 }  // namespace
+
+const char* agree_name(Agree a) {
+  switch (a) {
+    case Agree::undecided: return "undecided";
+    case Agree::same: return "same";
+    case Agree::same_files: return "same files";
+    case Agree::same_kind: return "same kind";
+    case Agree::same_presence: return "same presence";
+    case Agree::free: return "free";
+  }
+  return "?";
+}
 
 const char* resume_name(Resume r) {
   switch (r) {
@@ -484,7 +518,7 @@ Precision resolve_precision(PrecisionChoice choice, const DeviceSpec& device, st
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = [] {
     std::vector<ConfigKey> v;
-    for (const auto& k : kSettings) v.push_back({k.name, kind_of(k.field), allowed_text(k), k.help});
+    for (const auto& k : kSettings) v.push_back({k.name, kind_of(k.field), allowed_text(k), k.help, k.agree});
     return v;
   }();
   return keys;
@@ -668,7 +702,10 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
       "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
-      "under torchrun, srun or mpirun each process reads its rank from the environment.\n"
+      "under torchrun, srun or mpirun each process reads its rank from the environment (a launch\n"
+      "flag beside such an environment is refused). The ranks of a job must agree on every setting\n"
+      "but output paths, threads, timeouts and launch addresses (data files by name, size and header):\n"
+      "rank 0 compares them at the rendezvous and a difference stops every rank, naming it.\n"
       "A key set away from its default that would change nothing (--eval-every without\n"
       "--val-data) is an error, unless CONFIG.toml set it and a flag turned its feature off\n"
       "(configs/tiny.toml's sample_tokens under --sample-every 0).",

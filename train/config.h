@@ -58,6 +58,10 @@ const char* resume_name(Resume r);  // "no", "yes", "auto"
 // no. Throws "resume: expected no, yes or auto (or true/false), found 'NAME'".
 Resume parse_resume(const std::string& name);
 
+// The most tokens one sample may ask for (--sample-tokens in train, --tokens in sample): a
+// sample recomputes a forward per token, so more is hours of a rank the others wait for.
+inline constexpr int kMaxSampleTokens = 1 << 20;
+
 struct TrainConfig {
   // --- model
   std::string model = "tiny";     // preset (tiny, d2, d4, d6, d12, ...) the shape starts from
@@ -148,12 +152,29 @@ struct TrainConfig {
   std::map<std::string, Origin> origins;  // key (TOML spelling) -> the step that last set it
 };
 
-// One configuration key: its name (TOML spelling), kind, allowed values and help line.
+// Whether the ranks of one job must share a key's value: the settings table's `agree`
+// column, decided row by row (a row that leaves it `undecided` does not compile: a
+// static_assert in config.cpp). At the rendezvous every rank publishes what its `same*` keys
+// hold and rank 0 compares (train/config_agree.h, comm/rendezvous/agreement.h); a difference
+// stops every rank at once, naming the key and the ranks.
+enum class Agree : int {
+  undecided,      // not decided yet: refused at compile time
+  same,           // the value, as text (the model, the strategy, the optimizer's numbers, the seed, ...)
+  same_files,     // the files it names, by base name, size and a hash of their first 4 KiB; the paths may differ
+  same_kind,      // device: the kind (cpu, cuda, sim) must agree; the GPU index may differ from node to node
+  same_presence,  // an output every rank takes part in producing (trace): on every rank or none; paths may differ
+  free,           // may differ per rank: output paths, threads, timeouts, where the launcher listens
+};
+const char* agree_name(Agree a);  // "same", "same files", "same kind", "same presence", "free", "undecided"
+
+// One configuration key: its name (TOML spelling), kind, allowed values, help line and
+// whether the ranks of a job must agree on it.
 struct ConfigKey {
   std::string name;     // "nproc_per_node"
   std::string kind;     // "int", "float", "bool", "string"
   std::string allowed;  // "ddp, zero1 or zero2", "> 0", ...; empty: any value of the kind
   std::string help;
+  Agree agree = Agree::undecided;
 };
 const std::vector<ConfigKey>& config_keys();
 

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "data/rng.h"
+#include "train/config.h"
 
 namespace rz {
 
@@ -37,11 +38,13 @@ int draw_token(const float* logits, int vocab, float temperature, int top_k, Sam
 
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> tokens, int n, int T_window, int vocab,
                                  float temperature, int top_k, SampleRng& rng,
-                                 const std::function<void(int)>& on_token) {
+                                 const std::function<void(int)>& on_token,
+                                 const std::function<bool()>& stop_requested) {
   RZ_CHECK(!tokens.empty(), "sample: the prompt needs at least one token");
+  RZ_CHECK(n >= 0 && n <= kMaxSampleTokens, "sample: expected 0..%d tokens, found %d", kMaxSampleTokens, n);
   RZ_CHECK(T_window >= 1 && T_window <= model.config().max_seq_len,
            "sample: a window of %d tokens, expected 1 .. the model's maxT %d", T_window, model.config().max_seq_len);
-  if (n <= 0) return tokens;
+  if (n == 0) return tokens;
   const int Vp = model.config().padded_vocab_size;
   // The context is tokens.size() + n - 1 tokens long at the last draw; the cache covers it
   // up to the window (and is of no use when the prompt alone is past the window).
@@ -57,6 +60,7 @@ std::vector<int> generate_tokens(GPT2& model, std::vector<int> tokens, int n, in
   int cached = 0;  // tokens[0 .. cached) are in the cache
   std::vector<float> logits;
   for (int i = 0; i < n; ++i) {
+    if (stop_requested && stop_requested()) break;
     const size_t len = tokens.size();
     const float* row;  // (Vp,) the logits at the last position
     if (cache && len <= size_t(T_window)) {

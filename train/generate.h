@@ -34,9 +34,13 @@ int draw_token(const float* logits, int vocab, float temperature, int top_k, Sam
 // model's logits at the last position of the last T_window tokens (B = 1): from the KV
 // cache while the context fits the window, from a forward over the window after that.
 // Only the first `vocab` logits are candidates (the padded rows of wte are never drawn).
-// on_token, when given, sees each new token as it is drawn (for printing as it goes).
+// on_token, when given, sees each new token as it is drawn (for printing as it goes);
+// stop_requested, when given, is asked before each token, and true ends the generation early
+// with the tokens drawn so far (a stop signal during a long sample). n is at most
+// kMaxSampleTokens (train/config.h).
 std::vector<int> generate_tokens(GPT2& model, std::vector<int> prompt, int n, int T_window, int vocab,
                                  float temperature, int top_k, SampleRng& rng,
-                                 const std::function<void(int)>& on_token = {});
+                                 const std::function<void(int)>& on_token = {},
+                                 const std::function<bool()>& stop_requested = {});
 
 }  // namespace rz

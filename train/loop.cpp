@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "base/check.h"
@@ -35,6 +37,7 @@
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/config_agree.h"
 #include "train/config_resolved.h"
 #include "train/flight.h"
 #include "train/generate.h"
@@ -50,6 +53,7 @@
 #include "zero/buckets.h"
 #include "zero/host_collectives.h"
 #include "zero/memory/formula.h"
+#include "zero/memory/plan.h"
 #include "zero/memory/report.h"
 #include "zero/strategy.h"
 
@@ -84,17 +88,10 @@ StepEnd gather_step_end(HostCollectives& hc, DeviceKind kind) {
   return e;
 }
 
-// The directory of a shard pattern ("dir/train_*.bin" or "a.bin,b.bin": the first one's).
-std::string data_dir_of(const std::string& pattern) {
-  const std::string first = pattern.substr(0, pattern.find(','));
-  fs::path dir = fs::path(first).parent_path();
-  return dir.empty() ? "." : dir.string();
-}
-
 // --tokenizer, else the tokenizer.bin `ringzero prepare` wrote beside the shards, else none.
 std::unique_ptr<Tokenizer> resolve_tokenizer(const TrainConfig& cfg) {
   if (!cfg.tokenizer.empty()) return make_tokenizer(cfg.tokenizer, cfg.gpt2_dir);
-  const std::string beside = (fs::path(data_dir_of(cfg.data)) / "tokenizer.bin").string();
+  const std::string beside = (fs::path(prepared_dir_of(cfg.data)) / "tokenizer.bin").string();
   if (fs::exists(beside)) return load_llmc_tokenizer(beside);
   return nullptr;
 }
@@ -115,9 +112,11 @@ class Trainer {
  private:
   void setup();
   void resume();
-  float eval_loss(std::optional<float>* bpb);
+  std::optional<float> eval_loss(std::optional<float>* bpb);
   void eval_hellaswag(StepRecord& rec);
   void sample(int step);
+  bool any_rank_stopping();
+  void check_memory_fits() const;
   void check_save_dir();
   void warn_left(const std::vector<std::string>& left, const char* during);
   bool save(int step);
@@ -187,6 +186,8 @@ CommOptions Trainer::comm_options(bool sim_device) const {
   copts.flight_dir = resolve_flight_dir(cfg_);
   copts.flight_entries = static_cast<size_t>(cfg_.flight_entries);
   copts.flight_watchdog_s = cfg_.flight_watchdog;
+  // What every rank must share (the settings table's agree column), compared at the rendezvous.
+  if (world_ > 1) copts.agreement = settings_to_agree(cfg_);
   if (!device_.is_cpu()) {
     // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
     // collective follows the legacy default stream, which orders it after the CUDA
@@ -260,8 +261,8 @@ void Trainer::setup() {
     hellaswag_ = read_eval_file(cfg_.hellaswag);
     check_eval_fits(*hellaswag_, mcfg_, cfg_.seq, cfg_.hellaswag, "seq");
   }
-  check_prepared_dir(data_dir_of(cfg_.data));  // not a mix of two `prepare` runs
-  if (!cfg_.val_data.empty()) check_prepared_dir(data_dir_of(cfg_.val_data));
+  check_prepared_dir(prepared_dir_of(cfg_.data));  // not a mix of two `prepare` runs
+  if (!cfg_.val_data.empty()) check_prepared_dir(prepared_dir_of(cfg_.val_data));
   train_ = std::make_unique<DataLoader>(cfg_.data, cfg_.batch, cfg_.seq, rank_, world_, cfg_.seed, true);
   train_->set_vocab_bound(mcfg_.vocab_size);
   if (!cfg_.val_data.empty()) {
@@ -280,6 +281,7 @@ void Trainer::setup() {
            std::numeric_limits<int>::max());
   accum_ = static_cast<int>(total / per_micro);
   checked_mul<int64_t>(total, cfg_.steps, "total_batch_tokens x steps (tokens seen by the run)");
+  check_memory_fits();
 
   if (!cfg_.save_dir.empty()) check_save_dir();
 
@@ -299,6 +301,15 @@ void Trainer::setup() {
   if (init)
     read_model_source(cfg_.init, [this](size_t begin, const float* p, size_t n) { model_->set_params_f32(begin, n, p); });
   else model_->init_random(cfg_.seed);
+  // Every rank starts from rank 0's parameters, as PyTorch's DDP broadcasts rank 0's module
+  // state when it is built: the ranks' --seed and --init already agree (the rendezvous
+  // compared them), but an --init file is compared by its header only, and another libm may
+  // draw another init. One broadcast per run, before any strategy copies the parameters.
+  if (world_ > 1) {
+    CommPurpose purpose("initial parameters");
+    comm_->broadcast(model_->params(), model_->layout().total,
+                     precision_ == Precision::bf16 ? DType::bf16 : DType::f32, 0);
+  }
   sopts_.kind = cfg_.strategy;
   sopts_.bucket_mb = cfg_.bucket_mb;
   sopts_.buckets_in_flight = cfg_.buckets_in_flight;
@@ -417,13 +428,56 @@ void Trainer::resume() {
                 ck.manifest.strategy.c_str(), old_world == world_ ? "" : " (optimizer state re-sharded)");
 }
 
-// The validation loss, and (where the tokenizer gives token bytes) its bits per byte in *bpb.
-float Trainer::eval_loss(std::optional<float>* bpb) {
+// Before anything big is allocated (on CPU ranks, whose model lives in host memory): the
+// planner's peak for this run, times the ranks that share this machine (LOCAL_WORLD_SIZE, set
+// by ringzero's launcher and torchrun), against what the machine has left. Linux would
+// otherwise hand out the buffers and the run grow until the OOM killer ends it.
+void Trainer::check_memory_fits() const {
+  if (!device_.is_cpu()) return;  // GPU memory is the device's: the CUDA allocator names a shortfall
+  MemoryPlanInput in;
+  in.cfg = mcfg_;
+  in.precision = precision_;
+  in.recompute = cfg_.recompute;
+  in.attention = cfg_.attention;
+  in.kind = cfg_.strategy;
+  in.nranks = world_;
+  in.batch = cfg_.batch;
+  in.seq = cfg_.seq;
+  in.bucket_mb = cfg_.bucket_mb;
+  in.buckets_in_flight = cfg_.buckets_in_flight;
+  in.grad_shard_fp32 = cfg_.grad_shard_fp32;
+  in.grad_reduce_fp32 = precision_ == Precision::bf16 && cfg_.grad_reduce_dtype == "fp32";
+  in.threads = omp_get_max_threads();
+  int ranks_here = 1;
+  if (const char* l = std::getenv("LOCAL_WORLD_SIZE"); l != nullptr && std::atoi(l) > 0) ranks_here = std::atoi(l);
+  check_fits_host_memory(in, ranks_here, 0.0, "memory",
+                         "a smaller --batch, --seq or model, a sharding --strategy (zero2, zero3), --recompute "
+                         "layer, or fewer ranks per machine (`ringzero memory` plans any shape)");
+}
+
+// Collective: has SIGINT or SIGTERM reached any rank? For the long loops between two step
+// boundaries (evaluation, zero3's sampling), so every rank leaves them at the same point.
+bool Trainer::any_rank_stopping() {
+  float hit = stop_signal_received() != 0 ? 1.0f : 0.0f;
+  CommPurpose purpose("stop vote");
+  host_comm_->all_reduce(&hit, 1, ReduceOp::sum);
+  return hit > 0;
+}
+
+// The validation loss over eval_batches batches, and (where the tokenizer gives token bytes)
+// its bits per byte in *bpb; nullopt when a stop signal cut it short (every rank leaves at
+// the same batch: the vote is collective).
+std::optional<float> Trainer::eval_loss(std::optional<float>* bpb) {
   val_->reset();
-  const ValSums s = sum_val_batches(*model_, *val_, cfg_.batch, cfg_.seq, cfg_.eval_batches,
-                                    token_bytes_.empty() ? nullptr : &token_bytes_, inputs_, targets_);
+  const std::vector<int>* bytes = token_bytes_.empty() ? nullptr : &token_bytes_;
+  ValSums s;
+  for (int i = 0; i < cfg_.eval_batches; ++i) {
+    if (i > 0 && any_rank_stopping()) return std::nullopt;
+    const ValSums one = sum_val_batches(*model_, *val_, cfg_.batch, cfg_.seq, 1, bytes, inputs_, targets_);
+    s.loss_sum += one.loss_sum, s.nats += one.nats, s.bytes += one.bytes;
+  }
   const float loss = all_reduce_mean(static_cast<float>(s.loss_sum / cfg_.eval_batches), "val loss");
-  if (!token_bytes_.empty()) {
+  if (bytes != nullptr) {
     float nb[2] = {static_cast<float>(s.nats), static_cast<float>(s.bytes)};
     CommPurpose purpose("val bits per byte");
     host_comm_->all_reduce(nb, 2, ReduceOp::sum);
@@ -459,8 +513,11 @@ void Trainer::sample(int step) {
   const int vocab = std::min(tok_->vocab_size(), mcfg_.vocab_size);
   // sample_top_k 0 means greedy here (temperature 0); k > 0 draws from the top k at temperature 1.
   const float temperature = cfg_.sample_top_k > 0 ? 1.0f : 0.0f;
+  // A stop signal ends a long sample early: on rank 0 alone by its own flag, under zero3 by a
+  // vote before each token (every rank draws the same tokens in step).
+  const auto stop = [&] { return collective ? any_rank_stopping() : stop_signal_received() != 0; };
   std::vector<int> out = generate_tokens(*model_, {tok_->eot()}, cfg_.sample_tokens, cfg_.seq, vocab,
-                                         temperature, cfg_.sample_top_k, rng_);
+                                         temperature, cfg_.sample_top_k, rng_, {}, stop);
   if (!rank0()) return;
   out.erase(out.begin());
   std::string text;
@@ -506,6 +563,11 @@ bool Trainer::save(int step) {
       remove_stale_temporaries(dir);           // an earlier save of this step killed midway
     });
   if (all_ok()) attempt([&] { write_rank_files(dir, step); });
+  // Fault injection for the tests: a save after a stop signal pauses midway (the ranks' state
+  // files written, model.bin and the manifest not), as a large model's would, so that a
+  // second signal can land in it.
+  if (const char* f = std::getenv("RINGZERO_FAULT_STOP_SAVE_SLOW"); f != nullptr && stop_signal_received() != 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(std::atof(f) * 1000)));
   if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
     try {
       std::string model_error = save_model_file(rank0() ? (fs::path(dir) / "model.bin").string() : std::string(),
@@ -650,7 +712,7 @@ RunFacts Trainer::run_facts() const {
   RunFacts f;
   f.model = mcfg_;
   f.have_tokenizer = tok_ != nullptr;
-  if (cfg_.tokenizer.empty() && tok_) f.tokenizer_beside = (fs::path(data_dir_of(cfg_.data)) / "tokenizer.bin").string();
+  if (cfg_.tokenizer.empty() && tok_) f.tokenizer_beside = (fs::path(prepared_dir_of(cfg_.data)) / "tokenizer.bin").string();
   f.omp_threads = omp_get_max_threads();
   f.omp_env = std::getenv("OMP_NUM_THREADS") != nullptr;
   f.world = world_;
@@ -774,11 +836,14 @@ int Trainer::run() {
     const StepEnd end = gather_step_end(*host_comm_, device_.kind);
     if (s == start_step_) memory_report();
     const bool last = s + 1 == cfg_.steps;
-    if (val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
+    // Agreed from the same gathered votes on every rank: after a stop signal the step's
+    // evaluation and sample are skipped; the checkpoint is written (stop_after).
+    const bool stop = !last && stop_agreed(end);
+    if (!stop && val_ && cfg_.eval_every > 0 && ((s + 1) % cfg_.eval_every == 0 || last)) {
       RZ_TRACE_SCOPE("eval");
       rec.val_loss = eval_loss(&rec.val_bpb);
     }
-    if (hellaswag_ && cfg_.hellaswag_every > 0 && ((s + 1) % cfg_.hellaswag_every == 0 || last)) {
+    if (!stop && hellaswag_ && cfg_.hellaswag_every > 0 && ((s + 1) % cfg_.hellaswag_every == 0 || last)) {
       RZ_TRACE_SCOPE("hellaswag");
       eval_hellaswag(rec);
     }
@@ -809,13 +874,12 @@ int Trainer::run() {
         }
       }
     }
-    if (cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
-    if (!cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
+    if (!stop && cfg_.sample_every > 0 && ((s + 1) % cfg_.sample_every == 0 || last)) sample(s + 1);
+    if (!stop && !cfg_.save_dir.empty() && ((cfg_.save_every > 0 && (s + 1) % cfg_.save_every == 0) || last)) {
       RZ_TRACE_SCOPE("checkpoint");
       RZ_CHECK(save(s + 1) || !last, "the final checkpoint at step %d could not be saved: %s", s + 1,
                save_error_.c_str());
     }
-    const bool stop = !last && stop_agreed(end);
     timeline_->end_step(*comm_, s + 1, rec.overlap);
     if (stop) {
       timeline_->finish(*comm_);

@@ -1,6 +1,7 @@
 // comm/rendezvous/store.cpp: the rendezvous store's server and client (protocol in store.h).
 #include "comm/rendezvous/store.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -144,18 +145,24 @@ bool StoreClient::claim(const std::string& key, const std::string& value, std::s
   return false;
 }
 
-std::string StoreClient::get(const std::string& key) {
+std::optional<std::string> StoreClient::try_get(const std::string& key, double wait_s) {
   std::string req = "G";
   put_u32(req, static_cast<uint32_t>(key.size()));
   req += key;
-  put_u32(req, static_cast<uint32_t>(std::min(timeout_s_ * 1000.0, 4.0e9)));
+  put_u32(req, static_cast<uint32_t>(std::clamp(wait_s * 1000.0, 0.0, 4.0e9)));
   send_frame(req);
   std::string r = recv_frame();
   RZ_CHECK(!r.empty() && (r[0] == 'V' || r[0] == 'T'), "rendezvous: malformed reply from the store at %s",
            where_.c_str());
-  RZ_CHECK(r[0] == 'V', "rendezvous: timed out after %.0f s waiting for key '%s' at %s (did every rank start?)",
-           timeout_s_, key.c_str(), where_.c_str());
+  if (r[0] == 'T') return std::nullopt;
   return r.substr(1);
+}
+
+std::string StoreClient::get(const std::string& key) {
+  std::optional<std::string> v = try_get(key, timeout_s_);
+  RZ_CHECK(v.has_value(), "rendezvous: timed out after %.0f s waiting for key '%s' at %s (did every rank start?)",
+           timeout_s_, key.c_str(), where_.c_str());
+  return *v;
 }
 
 }  // namespace rz

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -81,6 +82,8 @@ class StoreClient {
   bool claim(const std::string& key, const std::string& value, std::string* holder);
   // Waits up to the client's timeout for the key to appear.
   std::string get(const std::string& key);
+  // Waits up to wait_s (0: not at all) for the key; nullopt when it has not appeared.
+  std::optional<std::string> try_get(const std::string& key, double wait_s);
   // This end's IP address as the store sees it: reachable by the other ranks.
   std::string local_ip() const { return sock_.local_ip(); }
 

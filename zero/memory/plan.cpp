@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/host_memory.h"
+#include "base/memory.h"
 #include "comm/ring/ring.h"
 #include "kernels/cpu/gemm_f32.h"
 #include "kernels/cpu/matmul_onednn.h"
@@ -115,6 +117,34 @@ int largest_batch(MemoryPlanInput in, double budget, int max_batch) {
     (double(plan_memory(in).peak()) > budget ? hi : lo) = in.batch;
   }
   return lo;
+}
+
+void check_fits_host_memory(const MemoryPlanInput& in, int ranks_here, double extra_bytes, const char* what,
+                            const char* hint) {
+  const int T = in.seq > 0 ? in.seq : in.cfg.max_seq_len;
+  // An upper estimate in doubles first (every layer's (B, T, C) tensors and (B, NH, T, T)
+  // attention, the (B, T, Vp) logits, 20 bytes per parameter): the planner's 64-bit counts
+  // would wrap for a shape that passes an exabyte.
+  const double bt = double(in.batch) * T;
+  const double upper = 4.0 * bt *
+                           (64.0 * in.cfg.channels * in.cfg.num_layers + 2.0 * in.cfg.num_heads * in.cfg.num_layers * T +
+                            2.0 * in.cfg.padded_vocab_size) +
+                       20.0 * double(num_parameters(in.cfg));
+  double per_rank = upper;
+  std::string parts = "an upper estimate: the shape is too large to plan exactly";
+  if (upper < 1e18) {
+    const MemoryPlan p = plan_memory(in);
+    per_rank = double(p.peak()) + extra_bytes;
+    parts = strfmt("model states %s, activations %s, working %s%s", format_bytes(double(p.states.total())).c_str(),
+                   format_bytes(double(p.activations)).c_str(), format_bytes(double(p.working())).c_str(),
+                   extra_bytes > 0 ? strfmt(", besides %s", format_bytes(extra_bytes).c_str()).c_str() : "");
+  }
+  const double total = per_rank * ranks_here;
+  const std::string planned =
+      strfmt("%s per rank (%s)%s", format_bytes(per_rank).c_str(), parts.c_str(),
+             ranks_here > 1 ? strfmt(" x %d ranks on this machine = %s", ranks_here, format_bytes(total).c_str()).c_str()
+                            : "");
+  check_host_memory(total, planned, what, hint);
 }
 
 }  // namespace rz

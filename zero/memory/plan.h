@@ -58,6 +58,17 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+// Refuses, before anything is allocated, what cannot fit in this machine's memory: the
+// planned peak of `in` times ranks_here (the ranks sharing this machine), plus extra_bytes
+// (what the caller allocates besides the step), against available_host_memory()
+// (base/host_memory.h: MemAvailable or the cgroup limit, whichever is smaller). Throws one
+// line: "WHAT: planned X per rank (model states, activations, working) x N ranks, but only
+// Y is available (SOURCE); HINT". A shape whose bytes a 64-bit count could not hold is
+// measured by an upper estimate in doubles instead. Nothing is refused when the machine's
+// figure cannot be read.
+void check_fits_host_memory(const MemoryPlanInput& in, int ranks_here, double extra_bytes, const char* what,
+                            const char* hint);
+
 // The largest micro-batch B whose peak() fits in budget bytes (0 when even B = 1 does
 // not), searched up to max_batch.
 int largest_batch(MemoryPlanInput in, double budget, int max_batch = 1 << 20);
