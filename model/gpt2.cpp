@@ -370,9 +370,9 @@ void GPT2::Impl::block_forward(Acts<E>& a, int l, bool with_output, int kv_pos) 
       op.matmul_forward(la.qkv, la.ln1, param<E>(ParamKind::qkvw, l), param<E>(ParamKind::qkvb, l), int(N),
                         C, 3 * C);
       if (opts.attention == Attention::flash)
-        op.attention_forward_flash(la.atty, la.att_lse, la.qkv, B, T, C, NH);
+        op.attention_forward_flash(la.atty, la.att_lse, la.qkv, B, T, C, NH, NH);
       else
-        op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+        op.attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, NH);
     }
     op.matmul_forward(a.proj, la.atty, param<E>(ParamKind::attprojw, l), param<E>(ParamKind::attprojb, l),
                    int(N), C, C);
@@ -461,9 +461,9 @@ void GPT2::Impl::backward(GradSink& sink, float loss_scale) {
     report_ready();  // attproj
     zero(a.dqkv, N * 3 * C);
     if (opts.attention == Attention::flash)
-      op.attention_backward_flash(a.dqkv, a.datty, la.qkv, la.att_lse, B, T, C, NH);
+      op.attention_backward_flash(a.dqkv, a.datty, la.qkv, la.att_lse, B, T, C, NH, NH);
     else
-      op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH);
+      op.attention_backward(a.dqkv, a.datty, la.qkv, la.att, B, T, C, NH, NH);
     zero(a.dln, N * C);
     op.matmul_backward(a.dln, grad<E>(sink, ParamKind::qkvw, l), grad<E>(sink, ParamKind::qkvb, l), a.dqkv,
                     la.ln1, param<E>(ParamKind::qkvw, l), int(N), C, 3 * C);
