@@ -55,9 +55,10 @@ fs::path data_dir() {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
       return static_cast<int>((x >> 33) % static_cast<uint64_t>(n));
     };
-    std::ofstream out(text / "doc.txt");
-    for (int s = 0; s < 1500; ++s) out << subj[pick(5)] << " " << verb[pick(5)] << " " << obj[pick(5)] << "\n";
-    out.close();
+    for (int f = 0; f < 30; ++f) {  // documents: the validation split takes whole ones
+      std::ofstream out(text / ("doc" + std::to_string(f) + ".txt"));
+      for (int s = 0; s < 50; ++s) out << subj[pick(5)] << " " << verb[pick(5)] << " " << obj[pick(5)] << "\n";
+    }
     const fs::path shards = work_dir() / "data";
     BinaryRun r = run_ringzero("prepare --input " + quote(text.string()) + " --tokenizer byte --val-fraction 0.1 --out " +
                                quote(shards.string()));

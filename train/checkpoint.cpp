@@ -531,12 +531,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
   for (const std::string& f : model_files)
     RZ_CHECK(listed.count(fs::path(f).filename().string()) > 0, "%s: the manifest does not list %s", dir.c_str(),
              fs::path(f).filename().c_str());
-  ModelConfig shape;
-  try {
-    shape = check_saved_model(dir);
-  } catch (const Error& e) {
-    RZ_FAIL("%s: its model does not read: %s", dir.c_str(), e.what());
-  }
+  const ModelConfig shape = check_saved_model(dir);  // its errors name the file
   RZ_CHECK(num_parameters(shape) == layout_total, "%s: holds a model of %zu parameters, this model has %llu",
            dir.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
   return ck;

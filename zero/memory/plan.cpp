@@ -62,6 +62,9 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
   if (gemm_f32_available())
     per_thread += size_t(2 * gemm_f32_packed_floats(int64_t(hs), T) + gemm_f32_packed_floats(T, int64_t(hs)));
   bytes += size_t(std::max(1, in.threads)) * per_thread * sizeof(float);
+  // Rotary families: rope's cos and sin table, (T, hs/2) fp32 each, kept by the rank's own
+  // thread (kernels/cpu/rope.cpp).
+  if (tr.position == PositionKind::rope) bytes += size_t(T) * hs * sizeof(float);
   return bytes;
 }
 
