@@ -10,7 +10,8 @@
 //   - the layout: SmolLM2-135M's parameter count, gradient-ready order, units, no biases;
 //   - export and import round-trip bitwise, the streaming writer equals the whole-array one;
 //   - config.json and weight files that do not describe what ringzero computes are refused in
-//     one line, and so are the GPT-2-only formats given a Llama.
+//     one line, and so are the GPT-2-only formats given a Llama;
+//   - on the simulated device the numbers and greedy tokens are the CPU's bitwise.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -423,4 +424,36 @@ TEST_CASE("llama shapes: presets, overrides and the keys a family does not have"
           ModelConfig odd = override_shape(model_preset("llama-tiny"), {.channels = 60, .heads = 4});
           finalize_config(odd);
         }).find("is odd") != std::string::npos);
+}
+
+// The simulated device (kernels/sim): its ops are the CPU's over memory host code cannot
+// touch, so a host/device mix-up in the family's code paths (the zero position rows, the
+// rope-then-scatter of the cached forward, the untied head) fails here as on a GPU, and the
+// numbers must be the CPU's bitwise.
+TEST_CASE("the llama model on the simulated device: the CPU's bits, the KV cache included", "[sim]") {
+  ModelConfig cfg;
+  const std::vector<float> params = import_dir(fixture("untied"), &cfg);
+  const DebugState st = read_reference_state(fixture("reference.safetensors").string(), cfg);
+  for (Precision p : {Precision::fp32, Precision::bf16})
+    for (Attention att : {Attention::materialized, Attention::flash})
+      for (Recompute rc : {Recompute::none, Recompute::layer}) {
+        CAPTURE(precision_name(p), attention_name(att), recompute_name(rc));
+        ModelOptions mo(p, rc);
+        mo.attention = att;
+        const Pass cpu = run_reference_batch(cfg, params, st, mo);
+        mo.device = Device{DeviceKind::sim, 0};
+        const Pass sim = run_reference_batch(cfg, params, st, mo);
+        CHECK(sim.loss == cpu.loss);
+        CHECK(std::memcmp(sim.grads.data(), cpu.grads.data(), cpu.grads.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(sim.logits.data(), cpu.logits.data(), cpu.logits.size() * sizeof(float)) == 0);
+      }
+  const nlohmann::json j = nlohmann::json::parse(slurp(fixture("tokens.json")));
+  ModelOptions mo;
+  mo.device = Device{DeviceKind::sim, 0};
+  Model model(cfg, mo);
+  model.set_params_f32(params.data());
+  SampleRng rng{1};
+  const std::vector<int> prompt = j["prompt"].get<std::vector<int>>(), want = j["greedy"]["untied"].get<std::vector<int>>();
+  const std::vector<int> got = generate_tokens(model, prompt, int(want.size()), cfg.max_seq_len, cfg.vocab_size, 0.0f, 0, rng);
+  CHECK(std::vector<int>(got.begin() + long(prompt.size()), got.end()) == want);
 }
