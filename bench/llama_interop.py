@@ -4,7 +4,7 @@ checks use tests/fixtures/hf_llama_tiny). bench/llama_interop.sh runs the three 
 
   make-smol DIR        a LlamaForCausalLM of SmolLM2-135M's shape (30 layers, hidden 576, 9
                        heads on 3 kv heads, intermediate 1536, vocab 49152, theta 100000, tied)
-                       with random weights (transformers' init, the embedding scaled by 40 so
+                       with random weights (transformers' init, the embedding scaled by 4 so
                        the logits are sharp), saved by save_pretrained; beside it REF (a verify
                        reference: one batch B=1 T=64, logits, loss and every gradient in
                        float64) and greedy.json (the 32 tokens greedy decoding appends to a
@@ -63,7 +63,7 @@ def make_smol(out):
     torch.manual_seed(20261207)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(40.0)
+        model.model.embed_tokens.weight.mul_(4.0)
     model.save_pretrained(out)
     reference(out, out + "/reference.safetensors")
     toks, margin = greedy(out, 32)

@@ -172,11 +172,11 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
   return true;
 }
 
-// What the tables are about: a GPT-2 shape (or a bare parameter count), the precision, the
+// What the tables are about: a model shape (or a bare parameter count), the precision, the
 // strategies and the recompute modes asked.
 struct MemoryQuery {
   MemoryArgs a;
-  bool shape = false;   // a GPT-2 shape (else a bare --params count: model states only)
+  bool shape = false;   // a model shape (else a bare --params count: model states only)
   GPT2Config cfg;       // finalized (shape)
   ParamLayout layout;   // of cfg (shape)
   double P = 0;         // parameters
