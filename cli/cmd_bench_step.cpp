@@ -110,7 +110,7 @@ StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
 }
 
 // The step's matmuls alone, through the same backend ops in storage type E: per layer
-// qkv, attproj, fc, fcproj; then the classifier. Returns seconds for one step's worth
+// qkv, attproj, fc, fcproj (the family's widths and biases); then the classifier. Returns seconds for one step's worth
 // (best of `reps`). The operands are random, not zeros: a GPU's clocks and power depend
 // on how many bits toggle, and GEMMs on zeros ran about 13% faster on an H200.
 template <typename E>
@@ -127,11 +127,14 @@ void fill_random(Backend& be, Buffer<E>& buf, uint32_t seed) {
 
 template <typename E>
 double time_gemms(Backend& be, const GPT2Config& cfg, int N, int reps) {
-  const int C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size;
+  const int C = cfg.channels, L = cfg.num_layers, Vp = cfg.padded_vocab_size, H = cfg.intermediate;
+  const FamilyTraits& tr = family_traits(cfg.family);
   struct Shape {
     int C, OC, count;
+    bool bias;
   };
-  const Shape shapes[] = {{C, 3 * C, L}, {C, C, L}, {C, 4 * C, L}, {4 * C, C, L}, {C, Vp, 1}};
+  const Shape shapes[] = {{C, cfg.qkv_width(), L, tr.qkv_bias}, {C, C, L, tr.proj_bias}, {C, cfg.fc_width(), L, tr.fc_bias},
+                          {H, C, L, tr.proj_bias}, {C, Vp, 1, false}};
   const Device dev = be.device();
   Ops<E>& op = be.ops<E>();
   double total = 0;
@@ -143,7 +146,7 @@ double time_gemms(Backend& be, const GPT2Config& cfg, int N, int reps) {
     fill_random(be, inp, 1);
     fill_random(be, w, 2);
     fill_random(be, bias, 3);
-    const bool has_bias = s.OC != Vp;
+    const bool has_bias = s.bias;
     double best = 1e30;
     for (int r = 0; r < reps + 1; ++r) {
       auto t0 = Clock::now();
@@ -225,6 +228,9 @@ int run_bench_step(int argc, char** argv) {
   }
   cfg = override_shape(cfg, {.layers = layers, .channels = channels, .heads = heads, .vocab = vocab, .max_seq = max_seq});
   finalize_config(cfg);
+  RZ_CHECK(!ops || cfg.family == ModelFamily::gpt2,
+           "--ops: the kernel split replays GPT-2's step (cli/step_profile.h); the %s family's is not written (drop --ops)",
+           family_name(cfg.family));
   RZ_CHECK(T <= cfg.max_seq_len, "--seq %d exceeds the model's maxT %d", T, cfg.max_seq_len);
   const std::vector<int> threads = parse_ints(threads_s, "--threads");
   std::vector<Precision> precisions;
@@ -259,11 +265,13 @@ int run_bench_step(int argc, char** argv) {
   }
   const double P = double(num_parameters(cfg)), tokens = double(B) * T;
   const double step_flops = tokens * (6.0 * P + 12.0 * cfg.num_layers * cfg.channels * double(T));
+  const double C = cfg.channels;
   const double gemm_flops = 6.0 * tokens *
-                            (12.0 * double(cfg.channels) * cfg.channels * cfg.num_layers +
-                             double(cfg.channels) * cfg.padded_vocab_size);
-  std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params), B=%d T=%d, %d warmup + %d timed steps (median)\n",
-              device_name(device).c_str(), preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, P / 1e6, B, T, warmup, steps);
+                            (C * (cfg.qkv_width() + C + cfg.fc_width() + cfg.intermediate) * cfg.num_layers +
+                             C * cfg.padded_vocab_size);
+  std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params%s), B=%d T=%d, %d warmup + %d timed steps (median)\n",
+              device_name(device).c_str(), preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
+              P / 1e6, cfg.family == ModelFamily::gpt2 ? "" : (", " + describe_shape(cfg)).c_str(), B, T, warmup, steps);
   std::printf("step FLOPs %.3g (6 x params x tokens + attention), of which matmuls %.3g\n\n", step_flops, gemm_flops);
   std::printf("| model | precision | threads | step ms | step CPU ms | fwd ms | bwd ms | adamw ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");

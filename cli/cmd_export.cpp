@@ -2,7 +2,8 @@
 //
 //   --model SRC   an llm.c .bin, a checkpoint directory or hf:DIR (train/model_source.h)
 //   --to DEST     hf:DIR (config.json + model.safetensors that transformers'
-//                 GPT2LMHeadModel.from_pretrained loads) or a path: an llm.c model file
+//                 GPT2LMHeadModel or LlamaForCausalLM.from_pretrained loads, by the model's
+//                 family) or a path: an llm.c model file (GPT-2 only)
 // The weights go through fp32 in ringzero's layout (one full copy in memory: 4 bytes per
 // parameter), and out in --dtype. Outputs never replace an input or a non-regular file, and an
 // existing output (a non-empty directory, a file) is replaced only with --overwrite; each file
@@ -19,7 +20,7 @@
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "data/output_paths.h"
-#include "model/hf_gpt2.h"
+#include "model/hf_model.h"
 #include "model/layout.h"
 #include "model/llmc_file.h"
 #include "train/model_source.h"
@@ -33,13 +34,15 @@ int run_export(int argc, char** argv) {
   std::string model, to, dtype_name = "fp32";
   bool overwrite = false;
   CLI::App app{
-      "Convert a model: read --model, write --to. hf:DIR writes a Hugging Face GPT-2 directory\n"
-      "(config.json + model.safetensors, transformer.* names, Conv1D weights, no lm_head: tied to\n"
-      "wte; the vocabulary's padding rows dropped), which transformers' GPT2LMHeadModel.from_pretrained\n"
-      "loads; any other path writes an llm.c model file (version 3 fp32, 5 bf16).",
+      "Convert a model: read --model, write --to. hf:DIR writes a Hugging Face directory of the\n"
+      "model's family (config.json + model.safetensors; the vocabulary's padding rows dropped):\n"
+      "GPT-2 as GPT2LMHeadModel (transformer.* names, Conv1D weights, no lm_head: tied to wte),\n"
+      "Llama as LlamaForCausalLM (model.layers.N.* names, lm_head when untied); transformers'\n"
+      "from_pretrained loads either. Any other path writes an llm.c model file (version 3 fp32,\n"
+      "5 bf16), which holds GPT-2 only.",
       "ringzero export"};
   app.add_option("--model", model, std::string("the model to read: ") + kModelSourceHelp)->required();
-  app.add_option("--to", to, "hf:DIR (a Hugging Face GPT-2 directory) or PATH (an llm.c model .bin)")->required();
+  app.add_option("--to", to, "hf:DIR (a Hugging Face directory of the model's family) or PATH (an llm.c model .bin, GPT-2 only)")->required();
   app.add_option("--dtype", dtype_name, "the written weights' dtype: fp32 or bf16 (rounded to nearest even)")
       ->capture_default_str();
   app.add_flag("--overwrite", overwrite,
@@ -68,13 +71,16 @@ int run_export(int argc, char** argv) {
   // rules, an export never lands inside a prepared data directory.
   check_outputs(CommandPaths{files, dirs, {}, model_source_inputs(src, "the --model"), {}});
 
-  GPT2Config cfg;
+  GPT2Config cfg = read_model_source_config(src);
+  RZ_CHECK(hf || cfg.family == ModelFamily::gpt2,
+           "--to: %s is an llm.c model file, which holds GPT-2 only, and %s is of the %s family: write hf:DIR",
+           out.c_str(), model.c_str(), family_name(cfg.family));
   const std::vector<float> params = read_model_source_params(src, &cfg);
-  if (hf) write_hf_gpt2(out, cfg, dtype, params.data(), overwrite);
+  if (hf) write_hf_model(out, cfg, dtype, params.data(), overwrite);
   else write_model_file(out, cfg, dtype, params.data());
-  std::printf("exported %s (L%d C%d NH%d V%d maxT%d, %zu parameters) to %s (%s, %s)\n", model.c_str(), cfg.num_layers,
-              cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, num_parameters(cfg), to.c_str(),
-              hf ? "config.json + model.safetensors" : "llm.c model file", precision_name(dtype));
+  std::printf("exported %s (%s, %zu parameters) to %s (%s, %s)\n", model.c_str(), describe_shape(cfg).c_str(),
+              num_parameters(cfg), to.c_str(), hf ? "config.json + model.safetensors" : "llm.c model file",
+              precision_name(dtype));
   return 0;
 }
 

@@ -4,7 +4,7 @@
 // Two sources of a model size:
 //   --params P             a bare parameter count: model states only (the ZeRO paper's and
 //                          the seed article's tables; docs/comm.md), from the bytes/param formulas;
-//   --model / --layers ... a GPT-2 shape: the planner (zero/memory/plan.h) gives the exact
+//   --model / --layers ... a model shape (GPT-2 or Llama): the planner (zero/memory/plan.h) gives the exact
 //                          model states (bucket padding included), zero2's staging buckets, the
 //                          activations for (--batch, --seq, --recompute), the step's working
 //                          buffers and the start-up transient, and so the peak per rank;
@@ -53,8 +53,11 @@ struct MemoryArgs {
   TrainConfig settings;
   bool recompute_given = false;  // --recompute was on the command line
 
-  // A GPT-2 shape was given (the planner), else a bare --params count.
-  bool shape() const { return !model.empty() || layers || channels || heads || vocab || seq || max_seq; }
+  // A model shape was given (the planner), else a bare --params count.
+  bool shape() const {
+    return !model.empty() || layers || channels || heads || vocab || seq || max_seq || settings.family != "auto" ||
+           settings.kv_heads || settings.intermediate || settings.classifier != "auto";
+  }
 };
 
 struct Row {
@@ -112,7 +115,8 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       "sharded strategies' start-up copy; peak = max(step, start-up). With --budget 80GB it prints\n"
       "the largest micro-batch per rank that fits, per strategy and recompute mode.",
       "ringzero memory"};
-  app.add_option("--model", a.model, "preset: tiny, d2, d4, d6, d12, d24, d36, d48");
+  app.add_option("--model", a.model, "preset: " + or_list(model_preset_names()) + " (docs/model.md)");
+  add_setting_flags(app, a.settings, {"family", "kv_heads", "intermediate", "classifier"});
   add_number(app, "--layers", a.layers, "L (overrides the preset; default preset d12)")->check(CLI::PositiveNumber);
   add_number(app, "--channels", a.channels, "C")->check(CLI::PositiveNumber);
   add_number(app, "--heads", a.heads, "NH")->check(CLI::PositiveNumber);
@@ -168,11 +172,11 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
   return true;
 }
 
-// What the tables are about: a GPT-2 shape (or a bare parameter count), the precision, the
+// What the tables are about: a model shape (or a bare parameter count), the precision, the
 // strategies and the recompute modes asked.
 struct MemoryQuery {
   MemoryArgs a;
-  bool shape = false;   // a GPT-2 shape (else a bare --params count: model states only)
+  bool shape = false;   // a model shape (else a bare --params count: model states only)
   GPT2Config cfg;       // finalized (shape)
   ParamLayout layout;   // of cfg (shape)
   double P = 0;         // parameters
@@ -224,7 +228,9 @@ MemoryQuery resolve_query(const MemoryArgs& a) {
     // maxT: --max-seq, else --seq (the rows of wpe the activations need).
     cfg = override_shape(model_preset(a.model.empty() ? "d12" : a.model),
                          {.layers = a.layers, .channels = a.channels, .heads = a.heads, .vocab = a.vocab,
-                          .max_seq = a.max_seq ? a.max_seq : a.seq});
+                          .max_seq = a.max_seq ? a.max_seq : a.seq, .family = a.settings.family,
+                          .kv_heads = a.settings.kv_heads, .intermediate = a.settings.intermediate,
+                          .classifier = a.settings.classifier});
     finalize_config(cfg);
     layout = build_param_layout(cfg);
     P = static_cast<double>(layout.total);
@@ -337,8 +343,9 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
   j["grad_reduce_dtype"] = q.wide || q.prec == Precision::fp32 ? "fp32" : "bf16";
   j["params"] = q.P;
   if (q.shape) {
-    j["model"] = {{"layers", q.cfg.num_layers}, {"channels", q.cfg.channels}, {"heads", q.cfg.num_heads},
-                  {"vocab", q.cfg.vocab_size}, {"padded_vocab", q.cfg.padded_vocab_size},
+    j["model"] = {{"family", family_name(q.cfg.family)}, {"layers", q.cfg.num_layers}, {"channels", q.cfg.channels},
+                  {"heads", q.cfg.num_heads}, {"kv_heads", q.cfg.num_kv_heads}, {"intermediate", q.cfg.intermediate},
+                  {"tied", q.cfg.tied}, {"vocab", q.cfg.vocab_size}, {"padded_vocab", q.cfg.padded_vocab_size},
                   {"max_seq_len", q.cfg.max_seq_len}, {"batch", q.a.batch}, {"seq", q.T}};
     j["recompute"] = recompute_name(q.recomputes[0]);
     j["attention"] = attention_name(q.a.settings.attention);
@@ -388,9 +395,9 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
 // The rows as the table: one line per term, one column per rank count.
 void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
   if (q.shape)
-    std::printf("model: L=%d C=%d NH=%d V=%d (Vp %d) maxT=%d: %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
-                q.cfg.num_layers, q.cfg.channels, q.cfg.num_heads, q.cfg.vocab_size, q.cfg.padded_vocab_size,
-                q.cfg.max_seq_len, q.P, precision_name(q.prec), q.a.batch, q.T, attention_name(q.a.settings.attention), q.a.device.c_str());
+    std::printf("model: %s (Vp %d): %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
+                describe_shape(q.cfg).c_str(), q.cfg.padded_vocab_size, q.P, precision_name(q.prec), q.a.batch, q.T,
+                attention_name(q.a.settings.attention), q.a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", q.P, precision_name(q.prec));
   std::printf("per-rank bytes, GB = 1e9 bytes; AdamW; %s%s\n\n",

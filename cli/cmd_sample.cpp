@@ -33,8 +33,9 @@ int run_sample(int argc, char** argv) {
       "logits divided by --temperature, restricted to the --top-k most likely (0 = all). Temperature 0\n"
       "is greedy. The prompt and the continuation are printed to stdout as they are produced.\n"
       "A KV cache keeps each layer's keys and values: the prompt is one forward and each new token\n"
-      "one position's forward, while the context fits --window. GPT-2's positions are absolute, so\n"
-      "past the window the cache no longer applies and every token recomputes the whole window.",
+      "one position's forward, while the context fits --window (GQA models keep NKV heads' keys and\n"
+      "values, not NH). Past the window every position moves (GPT-2's learned positions, Llama's\n"
+      "rotations), so the cache no longer applies and every token recomputes the whole window.",
       "ringzero sample"};
   app.add_option("--model", model_path, std::string("the model: ") + kModelSourceHelp)->required();
   app.add_option("--tokenizer", tokenizer_spec, "byte, gpt2 (with --gpt2-dir) or a path to an llm.c tokenizer.bin")

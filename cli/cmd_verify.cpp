@@ -1,8 +1,10 @@
 // cli/cmd_verify.cpp: `ringzero verify`, llm.c's test_gpt2 as a subcommand.
 //
-// Loads a model (an llm.c model file, a checkpoint or hf:DIR) and a debug-state file (a batch with the reference's logits,
-// loss and gradients, e.g. from llm.c's train_gpt2.py), runs one forward and backward on
-// that batch and compares tensor by tensor. An element passes when
+// Loads a model (an llm.c model file, a checkpoint or hf:DIR) and a reference state (a batch
+// with the reference's logits, loss and gradients): for GPT-2 llm.c's debug-state file (e.g.
+// from llm.c's train_gpt2.py), for Llama a safetensors file with Hugging Face names
+// (model/reference_state.h; tests/fixtures/hf_llama_tiny/make_fixture.py makes one with
+// transformers). It runs one forward and backward on that batch and compares tensor by tensor. An element passes when
 // |ours - reference| <= atol + rtol * |reference|. The defaults are llm.c's CPU bars for
 // fp32 (logits and loss 1e-2, gradients 2e-2); bf16 gets wider ones. The table's "max rel"
 // is the largest difference divided by the tensor's largest reference magnitude.
@@ -17,6 +19,8 @@
 #include "base/check.h"
 #include "model/llmc_file.h"
 #include "model/gpt2.h"
+#include "model/reference_state.h"
+#include "model/safetensors.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
@@ -55,16 +59,20 @@ int run_verify(int argc, char** argv) {
   double logits_atol = -1, loss_atol = -1, grads_atol = -1, rtol = -1;
   bool quiet = false;
   CLI::App app{
-      "Check ringzero's GPT-2 against a reference: load an llm.c model file (--model) and an llm.c\n"
-      "debug-state file (--state: a batch with the reference's logits, loss and gradients), run one\n"
-      "forward and backward on that batch, and print for logits, loss and every gradient tensor the\n"
+      "Check ringzero's model against a reference: load a model (--model) and a reference state\n"
+      "(--state: a batch with the reference's logits, loss and gradients; GPT-2: llm.c's debug-state\n"
+      "file; Llama: a safetensors file with inputs, targets, logits, loss and grad.<Hugging Face\n"
+      "name>, docs/model.md), run one forward and backward on that batch, and print for logits,\n"
+      "loss and every gradient tensor the\n"
       "max abs diff, the max diff relative to the tensor's largest reference value, and ok. An element\n"
       "passes when |ours - ref| <= atol + rtol * |ref|. Exits 0 only if everything passes.\n"
       "Default tolerances: fp32 logits 1e-2, loss 1e-2, gradients 2e-2, rtol 0 (llm.c's test_gpt2 bars);\n"
       "bf16 logits 0.25, loss 0.05, gradients 2e-2 with rtol 0.05.",
       "ringzero verify"};
   app.add_option("--model", model_path, std::string("the model: ") + kModelSourceHelp)->required();
-  app.add_option("--state", state_path, "llm.c debug-state file (magic 20240327, version 2)")->required();
+  app.add_option("--state", state_path,
+                 "llm.c debug-state file (magic 20240327, version 2; GPT-2), or a safetensors reference (Llama)")
+      ->required();
   add_setting_flags(app, settings, {"precision", "device"});
   add_number(app, "--logits-atol", logits_atol, "absolute tolerance for logits (default by precision)");
   add_number(app, "--loss-atol", loss_atol, "absolute tolerance for the loss (default by precision)");
@@ -82,10 +90,10 @@ int run_verify(int argc, char** argv) {
   ModelFile mf;
   mf.params = read_model_source_params(parse_model_source(model_path), &mf.cfg);
   const GPT2Config& cfg = mf.cfg;
-  DebugState st = read_debug_state(state_path, cfg);
-  std::printf("verify: model %s (L=%d C=%d NH=%d V=%d maxT=%d), batch B=%d T=%d, compute %s\n",
-              model_path.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
-              cfg.max_seq_len, st.B, st.T, precision_name(prec));
+  DebugState st = is_safetensors_file(state_path) ? read_reference_state(state_path, cfg)
+                                                  : read_debug_state(state_path, cfg);
+  std::printf("verify: model %s (%s), batch B=%d T=%d, compute %s\n", model_path.c_str(), describe_shape(cfg).c_str(),
+              st.B, st.T, precision_name(prec));
 
   ModelOptions mo;
   mo.precision = prec;

@@ -112,7 +112,7 @@ void StepReplay<E>::run(OpClock& clk) {
   for (int l = 0; l < L; ++l) {
     clk.time("layernorm", false, [&] { ops.layernorm_forward(ln(), mean.data(), rstd.data(), enc(), lnw(), lnb(), int(N), C); });
     clk.time("matmul", false, [&] { ops.matmul_forward(qkv(), ln(), qkvw(), qkvb(), int(N), C, 3 * C); });
-    clk.time("attention", false, [&] { ops.attention_forward(atty(), att(), qkv(), B, T, C, NH); });
+    clk.time("attention", false, [&] { ops.attention_forward(atty(), att(), qkv(), B, T, C, NH, NH); });
     clk.time("matmul", false, [&] { ops.matmul_forward(proj(), atty(), attw(), attb(), int(N), C, C); });
     clk.time("residual", false, [&] { ops.residual_forward(res2(), enc(), proj(), N * C); });
     clk.time("layernorm", false, [&] { ops.layernorm_forward(ln(), mean.data(), rstd.data(), res2(), lnw(), lnb(), int(N), C); });
@@ -148,7 +148,7 @@ void StepReplay<E>::run(OpClock& clk) {
     clk.time("zero", true, [&] { zero(datty(), N * C); });
     clk.time("matmul", true, [&] { ops.matmul_backward(datty(), g_attw(), g_attb(), dres(), atty(), attw(), int(N), C, C); });
     clk.time("zero", true, [&] { zero(dqkv(), N * 3 * C); });
-    clk.time("attention", true, [&] { ops.attention_backward(dqkv(), datty(), qkv(), att(), B, T, C, NH); });
+    clk.time("attention", true, [&] { ops.attention_backward(dqkv(), datty(), qkv(), att(), B, T, C, NH, NH); });
     clk.time("zero", true, [&] { zero(dln(), N * C); });
     clk.time("matmul", true, [&] { ops.matmul_backward(dln(), g_qkvw(), g_qkvb(), dqkv(), ln(), qkvw(), int(N), C, 3 * C); });
     clk.time("layernorm", true, [&] {

@@ -13,8 +13,10 @@
 // Conventions, for every op:
 //   - Pointer arguments point into the backend's memory (Buffers allocated on device()),
 //     except where a comment says "host". Shapes are in the comments (legend: B batch,
-//     T time, C channels, OC output channels, NH heads, N rows = B*T, V vocab, Vp padded
-//     vocab). Argument order is the CPU kernels' order: outputs first.
+//     T time, C channels, OC output channels, NH (query) heads, NKV key/value heads
+//     (NH % NKV == 0; G = NH / NKV query heads share one; query head h reads kv head
+//     h / G), hs head size, N rows = B*T, V vocab, Vp padded vocab, H the gated MLP's
+//     intermediate size). Argument order is the CPU kernels' order: outputs first.
 //   - Ops are queued in call order. On the CPU they run before the call returns; on a GPU
 //     they are asynchronous on the backend's compute stream, and only the ops that return
 //     a host value (sum_squares) or write host memory (copy_to_host) wait.
@@ -92,18 +94,20 @@ class Ops {
                                const E* weight,  // (OC, C)
                                int N, int C, int OC) = 0;
 
-  // Causal self-attention over fused qkv (q, k, v of C each per position; head h uses
-  // columns h*hs .. (h+1)*hs, hs = C/NH). att keeps the softmax for backward.
+  // Causal self-attention over fused qkv, grouped-query: each row of qkv holds q (C =
+  // NH*hs), then k (NKV*hs), then v (NKV*hs), hs = C/NH; query head h uses q columns
+  // h*hs .. (h+1)*hs and reads kv head h / (NH/NKV) (no copy of k and v per query head).
+  // NKV = NH is GPT-2's layout, (B, T, 3C). att keeps the softmax for backward.
   virtual void attention_forward(E* out,        // (B, T, C)
                                  E* att,        // (B, NH, T, T)
-                                 const E* qkv,  // (B, T, 3C)
-                                 int B, int T, int C, int NH) = 0;
-  // dqkv accumulates.
-  virtual void attention_backward(E* dqkv,        // (B, T, 3C)
+                                 const E* qkv,  // (B, T, C + 2*NKV*hs)
+                                 int B, int T, int C, int NH, int NKV) = 0;
+  // dqkv accumulates (its k and v parts sum over the query heads of their group).
+  virtual void attention_backward(E* dqkv,        // (B, T, C + 2*NKV*hs)
                                   const E* dout,  // (B, T, C)
-                                  const E* qkv,   // (B, T, 3C)
+                                  const E* qkv,   // (B, T, C + 2*NKV*hs)
                                   const E* att,   // (B, NH, T, T)
-                                  int B, int T, int C, int NH) = 0;
+                                  int B, int T, int C, int NH, int NKV) = 0;
 
   // The same attention, flash-style: never forms the (T, T) matrix. The forward saves the
   // log-sum-exp of each row's scaled scores instead of the probabilities; the backward
@@ -111,13 +115,13 @@ class Ops {
   // layer: (B, NH, T) floats instead of (B, NH, T, T) of E. dqkv accumulates.
   virtual void attention_forward_flash(E* out,        // (B, T, C)
                                        float* lse,    // (B, NH, T) saved for backward
-                                       const E* qkv,  // (B, T, 3C)
-                                       int B, int T, int C, int NH) = 0;
-  virtual void attention_backward_flash(E* dqkv,         // (B, T, 3C)
-                                        const E* dout,   // (B, T, C)
-                                        const E* qkv,    // (B, T, 3C)
+                                       const E* qkv,  // (B, T, C + 2*NKV*hs)
+                                       int B, int T, int C, int NH, int NKV) = 0;
+  virtual void attention_backward_flash(E* dqkv,           // (B, T, C + 2*NKV*hs)
+                                        const E* dout,     // (B, T, C)
+                                        const E* qkv,      // (B, T, C + 2*NKV*hs)
                                         const float* lse,  // (B, NH, T)
-                                        int B, int T, int C, int NH) = 0;
+                                        int B, int T, int C, int NH, int NKV) = 0;
 
   // Sampling with a KV cache (no backward; kernels/cpu/attention_kv.h says why K and V
   // have caches of their own): Tq new positions of each sequence attend to the cache.
@@ -129,6 +133,46 @@ class Ops {
                                     const E* k_cache,  // (B, Tc, NKV*hs)
                                     const E* v_cache,  // (B, Tc, NKV*hs)
                                     int B, int Tq, int pos, int Tc, int NH, int NKV, int hs) = 0;
+
+  // RMSNorm (Llama): out = inp * rstd[n] * weight, rstd[n] = 1 / sqrt(mean_c(inp^2) + eps),
+  // saved for backward. Computed in fp32 and rounded once (Hugging Face's LlamaRMSNorm
+  // rounds the normalised value to bf16 before the weight multiplies it, a second rounding;
+  // kernels/cpu/rmsnorm.h). out is assigned.
+  virtual void rmsnorm_forward(E* out,           // (N, C)
+                               float* rstd,      // (N) saved for backward
+                               const E* inp,     // (N, C)
+                               const E* weight,  // (C)
+                               int N, int C, float eps) = 0;
+  // dinp and dweight accumulate; dweight's column sums have a fixed order (no atomics).
+  virtual void rmsnorm_backward(E* dinp,           // (N, C)
+                                E* dweight,        // (C)
+                                const E* dout,     // (N, C)
+                                const E* inp,      // (N, C)
+                                const E* weight,   // (C)
+                                const float* rstd,  // (N)
+                                int N, int C) = 0;
+
+  // Rotary position embedding, in place on the q part (NH*hs) and the k part (NKV*hs) of
+  // each row of qkv; the v part is untouched. Half-split form (Hugging Face's rotate_half):
+  // within a head, dimensions i and i + hs/2 (i < hs/2) are rotated by the angle
+  // (pos0 + t) * inv_freq[i], inv_freq[i] = 1 / theta^(2i/hs) in fp32. hs even. pos0: the
+  // position of row t = 0 (the KV-cache decode rotates positions past 0).
+  virtual void rope_forward(E* qkv,  // (B, T, (NH + 2*NKV)*hs)
+                            int B, int T, int NH, int NKV, int hs, int pos0, float theta) = 0;
+  // In place: the transposed rotation (angle negated) of a gradient's q and k parts.
+  virtual void rope_backward(E* dqkv,  // (B, T, (NH + 2*NKV)*hs)
+                             int B, int T, int NH, int NKV, int hs, int pos0, float theta) = 0;
+
+  // SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); each row of gate_up holds
+  // [gate (H) | up (H)] (one fused matmul with a (2H, C) weight makes it). out is assigned.
+  virtual void swiglu_forward(E* out,            // (N, H)
+                              const E* gate_up,  // (N, 2H)
+                              int N, int H) = 0;
+  // dgate_up is assigned (the fused matmul's output gradient).
+  virtual void swiglu_backward(E* dgate_up,        // (N, 2H)
+                               const E* dout,      // (N, H)
+                               const E* gate_up,   // (N, 2H)
+                               int N, int H) = 0;
 
   // GELU, tanh approximation. out may alias inp; dinp is assigned and may alias dout.
   virtual void gelu_forward(E* out, const E* inp, size_t n) = 0;

@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/memory.h"
+#include "model/hf_dir.h"
 #include "model/json_input.h"
 #include "model/safetensors.h"
 
@@ -27,46 +28,12 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kConfigName = "config.json";
-constexpr const char* kWeightsName = "model.safetensors";
-constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kPrefix = "transformer.";
-// config.json and the index are small; these bounds only stop a hostile one early.
-constexpr size_t kMaxConfigBytes = size_t{1} << 20, kMaxIndexBytes = size_t{64} << 20;
-constexpr int kMaxJsonDepth = 16;
-constexpr size_t kMaxShards = 4096;  // each is an open file while the model is read
 
 // The tanh-approximated GELU under both the names transformers gives it.
 bool is_tanh_gelu(const std::string& a) { return a == "gelu_new" || a == "gelu_pytorch_tanh"; }
 
-// A positive integer field (at most INT_MAX), or `fallback` when absent (transformers'
-// GPT2Config default) or null.
-int int_field(const json& c, const char* key, int fallback, const std::string& path) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  const json& v = c[key];
-  RZ_CHECK(v.is_number_unsigned() && v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= INT_MAX,
-           "config.json %s: %s is %s, expected a positive integer", path.c_str(), key,
-           printable_name(v.dump().substr(0, 40)).c_str());
-  return static_cast<int>(v.get<uint64_t>());
-}
-
-template <typename T>
-std::optional<T> typed_field(const json& c, const char* key, const char* type, const std::string& path) {
-  if (!c.contains(key) || c[key].is_null()) return std::nullopt;
-  const json& v = c[key];
-  const bool ok = std::is_same_v<T, bool> ? v.is_boolean() : std::is_same_v<T, double> ? v.is_number() : v.is_string();
-  RZ_CHECK(ok, "config.json %s: %s is %s, expected %s", path.c_str(), key, printable_name(v.dump().substr(0, 40)).c_str(),
-           type);
-  return v.get<T>();
-}
-
-bool is_plain_file_name(const std::string& s) {
-  return !s.empty() && s.size() <= 255 && s != "." && s != ".." && s.find('/') == std::string::npos &&
-         s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
-}
-
-// A file name read from a file, quoted for a message.
-std::string shown(const std::string& s) { return printable_name(s); }
+std::string shown(const std::string& s) { return hf_shown(s); }
 
 // What a name in a weight file is, once "transformer." is taken off.
 struct Classified {
@@ -96,53 +63,7 @@ class NameTable {
   std::set<std::string> buffers_;
 };
 
-// The directory's weight files, opened; name (without prefix) -> (file, tensor).
-struct OpenWeights {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  struct Where {
-    const SafetensorsFile* file;
-    const SafeTensorInfo* info;
-  };
-  std::map<std::string, Where> by_name;
-};
-
-std::string strip_prefix(const std::string& n) {
-  return n.rfind(kPrefix, 0) == 0 ? n.substr(std::strlen(kPrefix)) : n;
-}
-
-OpenWeights open_weights(const HfGpt2Dir& d, const std::string& dir) {
-  OpenWeights w;
-  std::map<std::string, std::string> weight_map;  // sharded: tensor -> shard name
-  const bool sharded = d.weight_files.size() != 1 || fs::path(d.weight_files[0]).filename() != kWeightsName;
-  const std::string index_path = (fs::path(dir) / kIndexName).string();
-  if (sharded) weight_map = parse_hf_weight_map(read_untrusted_json_file(index_path, kMaxIndexBytes, kMaxJsonDepth, "index").dump(), index_path);
-  std::map<std::string, std::string> seen_in;  // name without prefix -> the file it came from
-  for (const std::string& path : d.weight_files) {
-    w.files.push_back(std::make_unique<SafetensorsFile>(path));
-    const SafetensorsFile& f = *w.files.back();
-    const std::string base = fs::path(path).filename().string();
-    for (const SafeTensorInfo& t : f.tensors()) {
-      if (sharded) {
-        const auto it = weight_map.find(t.name);
-        RZ_CHECK(it != weight_map.end(), "%s: tensor '%s' is in shard %s, but %s does not list it", dir.c_str(),
-                 shown(t.name).c_str(), base.c_str(), kIndexName);
-        RZ_CHECK(it->second == base, "%s: tensor '%s' is in shard %s, but %s maps it to %s", dir.c_str(),
-                 shown(t.name).c_str(), base.c_str(), kIndexName, shown(it->second).c_str());
-      }
-      const std::string name = strip_prefix(t.name);
-      const auto [it, fresh] = seen_in.emplace(name, path);
-      RZ_CHECK(fresh, "%s: tensor '%s' appears twice (in %s and %s, with or without the '%s' prefix)", dir.c_str(),
-               shown(name).c_str(), it->second.c_str(), path.c_str(), kPrefix);
-      w.by_name[name] = {&f, &t};
-    }
-  }
-  for (const auto& [name, shard] : weight_map) {
-    const auto it = w.by_name.find(strip_prefix(name));
-    RZ_CHECK(it != w.by_name.end() && it->second.info->name == name, "%s: %s maps tensor '%s' to %s, which does not hold it",
-             dir.c_str(), kIndexName, shown(name).c_str(), shown(shard).c_str());
-  }
-  return w;
-}
+using OpenWeights = HfWeights;
 
 // Reads a whole tensor as fp32 in ringzero's orientation (a Conv1D weight transposed).
 void read_oriented(const OpenWeights::Where& src, const HfTensorName& hn, std::vector<float>& out,
@@ -183,18 +104,17 @@ HfTensorName hf_gpt2_tensor_name(const GPT2Config& cfg, const ParamTensor& t) {
     case ParamKind::fcprojb: return {h + "mlp.c_proj.bias", {C}, false};
     case ParamKind::lnfw: return {"ln_f.weight", {C}, false};
     case ParamKind::lnfb: return {"ln_f.bias", {C}, false};
+    case ParamKind::lmhead: break;  // GPT-2's classifier is wte
   }
   RZ_FAIL("hf_gpt2_tensor_name: unknown parameter kind %d", static_cast<int>(t.kind));
 }
 
 GPT2Config parse_hf_gpt2_config(std::string_view text, const std::string& path) {
-  const json c = parse_untrusted_json(text, kMaxJsonDepth, "config.json", path);
+  const json c = parse_hf_config_json(text, path);
   const char* p = path.c_str();
-  RZ_CHECK(c.is_object(), "config.json %s: not a JSON object", p);
-  const auto model_type = typed_field<std::string>(c, "model_type", "a string", path);
-  RZ_CHECK(model_type.has_value(), "config.json %s: no model_type (ringzero reads model_type gpt2)", p);
-  RZ_CHECK(*model_type == "gpt2", "config.json %s: model_type '%s' is not GPT-2; ringzero reads model_type gpt2 only", p,
-           shown(*model_type).c_str());
+  const std::string model_type = hf_model_type(c, path);
+  RZ_CHECK(model_type == "gpt2", "config.json %s: model_type '%s' is not GPT-2 (this reader reads model_type gpt2)", p,
+           shown(model_type).c_str());
   if (c.contains("architectures") && !c["architectures"].is_null()) {
     const json& a = c["architectures"];
     RZ_CHECK(a.is_array(), "config.json %s: architectures is not a list", p);
@@ -209,30 +129,30 @@ GPT2Config parse_hf_gpt2_config(std::string_view text, const std::string& path) 
   }
   // transformers' GPT2Config defaults stand in for absent keys, as from_pretrained does.
   GPT2Config cfg;
-  cfg.num_layers = int_field(c, "n_layer", 12, path);
-  cfg.num_heads = int_field(c, "n_head", 12, path);
-  cfg.channels = int_field(c, "n_embd", 768, path);
-  cfg.vocab_size = int_field(c, "vocab_size", 50257, path);
-  cfg.max_seq_len = int_field(c, "n_positions", int_field(c, "n_ctx", 1024, path), path);
-  const double eps = typed_field<double>(c, "layer_norm_epsilon", "a number", path).value_or(1e-5);
+  cfg.num_layers = hf_int_field(c, "n_layer", 12, path);
+  cfg.num_heads = hf_int_field(c, "n_head", 12, path);
+  cfg.channels = hf_int_field(c, "n_embd", 768, path);
+  cfg.vocab_size = hf_int_field(c, "vocab_size", 50257, path);
+  cfg.max_seq_len = hf_int_field(c, "n_positions", hf_int_field(c, "n_ctx", 1024, path), path);
+  const double eps = hf_typed_field<double>(c, "layer_norm_epsilon", "a number", path).value_or(1e-5);
   RZ_CHECK(eps == 1e-5, "config.json %s: layer_norm_epsilon %g, but ringzero's layernorm uses 1e-5", p, eps);
-  const std::string act = typed_field<std::string>(c, "activation_function", "a string", path).value_or("gelu_new");
+  const std::string act = hf_typed_field<std::string>(c, "activation_function", "a string", path).value_or("gelu_new");
   RZ_CHECK(is_tanh_gelu(act),
            "config.json %s: activation_function '%s', but ringzero computes gelu_new (GELU, tanh approximation)", p,
            shown(act).c_str());
-  RZ_CHECK(typed_field<bool>(c, "tie_word_embeddings", "true or false", path).value_or(true),
+  RZ_CHECK(hf_typed_field<bool>(c, "tie_word_embeddings", "true or false", path).value_or(true),
            "config.json %s: tie_word_embeddings is false, but ringzero's classifier is always the token embedding wte",
            p);
   if (c.contains("n_inner") && !c["n_inner"].is_null()) {
-    const int inner = int_field(c, "n_inner", 0, path);
+    const int inner = hf_int_field(c, "n_inner", 0, path);
     RZ_CHECK(static_cast<long long>(inner) == 4LL * cfg.channels,
              "config.json %s: n_inner %d, but ringzero's MLP is 4 x n_embd = %lld wide", p, inner, 4LL * cfg.channels);
   }
-  RZ_CHECK(typed_field<bool>(c, "scale_attn_weights", "true or false", path).value_or(true),
+  RZ_CHECK(hf_typed_field<bool>(c, "scale_attn_weights", "true or false", path).value_or(true),
            "config.json %s: scale_attn_weights is false, but ringzero scales attention by 1/sqrt(head size)", p);
-  RZ_CHECK(!typed_field<bool>(c, "scale_attn_by_inverse_layer_idx", "true or false", path).value_or(false),
+  RZ_CHECK(!hf_typed_field<bool>(c, "scale_attn_by_inverse_layer_idx", "true or false", path).value_or(false),
            "config.json %s: scale_attn_by_inverse_layer_idx is true, which ringzero's attention does not do", p);
-  RZ_CHECK(!typed_field<bool>(c, "add_cross_attention", "true or false", path).value_or(false),
+  RZ_CHECK(!hf_typed_field<bool>(c, "add_cross_attention", "true or false", path).value_or(false),
            "config.json %s: add_cross_attention is true (an encoder-decoder GPT-2), which ringzero does not have", p);
   try {
     finalize_config(cfg);
@@ -242,58 +162,12 @@ GPT2Config parse_hf_gpt2_config(std::string_view text, const std::string& path) 
   return cfg;
 }
 
-std::map<std::string, std::string> parse_hf_weight_map(std::string_view text, const std::string& path) {
-  const json j = parse_untrusted_json(text, kMaxJsonDepth, "index", path);
-  const char* p = path.c_str();
-  RZ_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-           "index %s: no \"weight_map\" object (tensor name -> shard file)", p);
-  std::map<std::string, std::string> out;
-  std::set<std::string> shards;
-  for (const auto& [name, file] : j["weight_map"].items()) {
-    RZ_CHECK(file.is_string(), "index %s: tensor '%s' maps to %s, expected a file name", p, shown(name).c_str(),
-             shown(file.dump().substr(0, 40)).c_str());
-    const std::string f = file.get<std::string>();
-    RZ_CHECK(is_plain_file_name(f),
-             "index %s: tensor '%s' maps to '%s', which is not a plain file name inside the directory (no '/', '\\', "
-             "'..' or NUL)", p, shown(name).c_str(), shown(f).c_str());
-    RZ_CHECK(f != kIndexName && f != kConfigName, "index %s: tensor '%s' maps to %s, which is not a weight file", p,
-             shown(name).c_str(), f.c_str());
-    shards.insert(f);
-    RZ_CHECK(shards.size() <= kMaxShards, "index %s: more than %zu shard files", p, kMaxShards);
-    out[name] = f;
-  }
-  RZ_CHECK(!out.empty(), "index %s: weight_map is empty", p);
-  return out;
-}
-
 HfGpt2Dir inspect_hf_gpt2(const std::string& dir) {
-  struct stat st {};
-  RZ_CHECK(::stat(dir.c_str(), &st) == 0, "hf:%s: cannot open: %s", dir.c_str(), errno_string().c_str());
-  RZ_CHECK(S_ISDIR(st.st_mode), "hf:%s: not a directory (hf: names a Hugging Face model directory)", dir.c_str());
+  HfDirFiles f = list_hf_dir(dir);
   HfGpt2Dir d;
-  const std::string config = (fs::path(dir) / kConfigName).string();
-  RZ_CHECK(fs::exists(fs::symlink_status(config)), "hf:%s: no config.json in it (not a Hugging Face model directory)",
-           dir.c_str());
-  const json c = read_untrusted_json_file(config, kMaxConfigBytes, kMaxJsonDepth, "config.json");
-  d.cfg = parse_hf_gpt2_config(c.dump(), config);
-  d.files.push_back(config);
-  const std::string single = (fs::path(dir) / kWeightsName).string(), index = (fs::path(dir) / kIndexName).string();
-  if (fs::exists(fs::symlink_status(single))) {  // transformers prefers it over an index too
-    d.weight_files.push_back(single);
-  } else if (fs::exists(fs::symlink_status(index))) {
-    const json j = read_untrusted_json_file(index, kMaxIndexBytes, kMaxJsonDepth, "index");
-    std::set<std::string> shards;
-    for (const auto& [name, file] : parse_hf_weight_map(j.dump(), index)) shards.insert(file);
-    d.files.push_back(index);
-    for (const std::string& s : shards) d.weight_files.push_back((fs::path(dir) / s).string());
-  } else {
-    const bool pickle = fs::exists(fs::path(dir) / "pytorch_model.bin");
-    RZ_FAIL("hf:%s: neither %s nor %s in it%s", dir.c_str(), kWeightsName, kIndexName,
-            pickle ? " (its pytorch_model.bin is a Python pickle, which ringzero does not read: save the model with "
-                     "safe_serialization, or convert it with the safetensors package)"
-                   : "");
-  }
-  for (const std::string& w : d.weight_files) d.files.push_back(w);
+  d.cfg = parse_hf_gpt2_config(f.config.dump(), f.config_path);
+  d.files = std::move(f.files);
+  d.weight_files = std::move(f.weight_files);
   return d;
 }
 
@@ -302,7 +176,10 @@ HfGpt2Dir read_hf_gpt2(const std::string& dir, const ParamChunkSink& sink) {
   const GPT2Config& cfg = d.cfg;
   const ParamLayout lay = build_param_layout(cfg);
   const NameTable table(cfg, lay);
-  const OpenWeights w = open_weights(d, dir);
+  HfDirFiles files;
+  files.files = d.files;
+  files.weight_files = d.weight_files;
+  const OpenWeights w = open_hf_weights(files, dir, kPrefix);
   const std::string shape = strfmt("n_layer %d, n_head %d, n_embd %d, n_positions %d, vocab_size %d", cfg.num_layers,
                                    cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size);
   // Every tensor in the files is known, and in a dtype ringzero reads, before anything is read.
@@ -366,31 +243,9 @@ void write_hf_gpt2(const std::string& dir, const GPT2Config& cfg_in, Precision d
   GPT2Config cfg = cfg_in;
   finalize_config(cfg);
   const ParamLayout lay = build_param_layout(cfg);
-  // The directory: new, empty, or (overwrite) with its stale model files removed.
-  const fs::file_status st = fs::symlink_status(dir);
-  if (fs::exists(st)) {
-    RZ_CHECK(fs::is_directory(st), "hf:%s: exists and is %s, not a directory", dir.c_str(),
-             non_regular_kind(dir).empty() ? "a file" : non_regular_kind(dir).c_str());
-    if (!fs::is_empty(dir)) {
-      RZ_CHECK(overwrite, "hf:%s: exists and is not empty (--overwrite replaces its model files)", dir.c_str());
-      const std::string index = (fs::path(dir) / kIndexName).string();
-      if (fs::is_regular_file(fs::symlink_status(index))) {
-        std::map<std::string, std::string> old;
-        try {
-          old = parse_hf_weight_map(read_untrusted_json_file(index, kMaxIndexBytes, kMaxJsonDepth, "index").dump(), index);
-        } catch (const Error&) {
-          // unreadable: only the index itself goes
-        }
-        for (const auto& [name, shard] : old) {
-          const fs::path s = fs::path(dir) / shard;
-          if (fs::is_regular_file(fs::symlink_status(s))) fs::remove(s);
-        }
-        fs::remove(index);
-      }
-    }
-  } else {
-    fs::create_directories(dir);
-  }
+  RZ_CHECK(cfg.family == ModelFamily::gpt2, "write_hf_gpt2: a %s model is not GPT-2 (write_hf_model picks its family's writer)",
+           family_name(cfg.family));
+  prepare_hf_out_dir(dir, overwrite);
   // Tensors in llm.c's order of kinds (wte, wpe, each layer, ln_f), with the prefix
   // save_pretrained writes.
   std::vector<const ParamTensor*> order;
@@ -409,7 +264,7 @@ void write_hf_gpt2(const std::string& dir, const GPT2Config& cfg_in, Precision d
     const HfTensorName hn = hf_gpt2_tensor_name(cfg, *t);
     specs.push_back({kPrefix + hn.name, sd, hn.shape});
   }
-  write_safetensors((fs::path(dir) / kWeightsName).string(), specs, {{"format", "pt"}},
+  write_safetensors((fs::path(dir) / kHfWeightsName).string(), specs, {{"format", "pt"}},
                     [&](size_t i, const SafeBytesSink& put) {
                       const ParamTensor& t = *order[i];
                       const HfTensorName hn = hf_gpt2_tensor_name(cfg, t);
@@ -455,7 +310,7 @@ void write_hf_gpt2(const std::string& dir, const GPT2Config& cfg_in, Precision d
   c["bos_token_id"] = cfg.vocab_size - 1;
   c["eos_token_id"] = cfg.vocab_size - 1;
   c["torch_dtype"] = dtype == Precision::fp32 ? "float32" : "bfloat16";
-  write_file_atomic((fs::path(dir) / kConfigName).string(), c.dump(2) + "\n");
+  write_file_atomic((fs::path(dir) / kHfConfigName).string(), c.dump(2) + "\n");
 }
 
 }  // namespace rz

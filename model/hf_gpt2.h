@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/hf_dir.h"
 #include "model/layout.h"
 #include "model/llmc_file.h"
 
@@ -49,8 +50,6 @@ HfTensorName hf_gpt2_tensor_name(const GPT2Config& cfg, const ParamTensor& t);
 
 // config.json's text -> the shape (finalized). path names the file in errors.
 GPT2Config parse_hf_gpt2_config(std::string_view text, const std::string& path);
-// model.safetensors.index.json's text -> its weight_map (tensor name -> shard file name).
-std::map<std::string, std::string> parse_hf_weight_map(std::string_view text, const std::string& path);
 
 // What a directory holds: its shape and the files a read opens (config.json, the index, each
 // weight file), checked as far as that can be done without reading a tensor's header.

@@ -9,19 +9,30 @@ namespace rz {
 
 const char* param_kind_name(ParamKind k) {
   static const char* names[kNumParamKinds] = {
-      "wte",  "wpe",      "ln1w",     "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-      "ln2w", "ln2b",     "fcw",      "fcb",  "fcprojw", "fcprojb", "lnfw", "lnfb"};
+      "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb", "attprojw", "attprojb", "ln2w",
+      "ln2b", "fcw", "fcb",  "fcprojw", "fcprojb", "lnfw", "lnfb",     "lmhead"};
   return names[static_cast<int>(k)];
 }
 
-const ParamTensor& ParamLayout::find(ParamKind kind, int layer) const {
+const ParamTensor* ParamLayout::find_if(ParamKind kind, int layer) const {
   for (const auto& t : tensors)
-    if (t.kind == kind && t.layer == layer) return t;
-  RZ_FAIL("parameter layout has no tensor %s for layer %d", param_kind_name(kind), layer);
+    if (t.kind == kind && t.layer == layer) return &t;
+  return nullptr;
 }
 
-ParamLayout build_param_layout(const GPT2Config& cfg) {
+const ParamTensor& ParamLayout::find(ParamKind kind, int layer) const {
+  const ParamTensor* t = find_if(kind, layer);
+  RZ_CHECK(t != nullptr, "parameter layout has no tensor %s for layer %d", param_kind_name(kind), layer);
+  return *t;
+}
+
+ParamLayout build_param_layout(const ModelConfig& config) {
+  ModelConfig cfg = config;
+  finalize_config(cfg);
+  const FamilyTraits& tr = family_traits(cfg.family);
   const size_t C = cfg.channels, Vp = cfg.padded_vocab_size, maxT = cfg.max_seq_len;
+  const size_t Q = cfg.qkv_width(), F = cfg.fc_width(), H = cfg.intermediate;
+  const bool norm_bias = tr.norm == NormKind::layernorm;
   ParamLayout lay;
   auto add = [&](ParamKind kind, int layer, std::vector<size_t> shape, bool decay) {
     ParamTensor t;
@@ -37,38 +48,38 @@ ParamLayout build_param_layout(const GPT2Config& cfg) {
     lay.total += t.numel;
     lay.tensors.push_back(std::move(t));
   };
-  add(ParamKind::lnfw, -1, {C}, false);
-  add(ParamKind::lnfb, -1, {C}, false);
+  // One unit of backward: a weight, and its bias where there is one.
+  auto unit = [&](ParamKind w, ParamKind b, int layer, std::vector<size_t> shape, bool decay, bool with_bias) {
+    const size_t begin = lay.total, rows = shape[0];
+    add(w, layer, std::move(shape), decay);
+    if (with_bias) add(b, layer, {rows}, false);
+    lay.grad_units.emplace_back(begin, lay.total);
+  };
+  if (!cfg.tied) unit(ParamKind::lmhead, ParamKind::lmhead, -1, {Vp, C}, true, false);
+  unit(ParamKind::lnfw, ParamKind::lnfb, -1, {C}, false, norm_bias);
   for (int l = cfg.num_layers - 1; l >= 0; --l) {
-    add(ParamKind::fcprojw, l, {C, 4 * C}, true);
-    add(ParamKind::fcprojb, l, {C}, false);
-    add(ParamKind::fcw, l, {4 * C, C}, true);
-    add(ParamKind::fcb, l, {4 * C}, false);
-    add(ParamKind::ln2w, l, {C}, false);
-    add(ParamKind::ln2b, l, {C}, false);
-    add(ParamKind::attprojw, l, {C, C}, true);
-    add(ParamKind::attprojb, l, {C}, false);
-    add(ParamKind::qkvw, l, {3 * C, C}, true);
-    add(ParamKind::qkvb, l, {3 * C}, false);
-    add(ParamKind::ln1w, l, {C}, false);
-    add(ParamKind::ln1b, l, {C}, false);
+    unit(ParamKind::fcprojw, ParamKind::fcprojb, l, {C, H}, true, tr.proj_bias);
+    unit(ParamKind::fcw, ParamKind::fcb, l, {F, C}, true, tr.fc_bias);
+    unit(ParamKind::ln2w, ParamKind::ln2b, l, {C}, false, norm_bias);
+    unit(ParamKind::attprojw, ParamKind::attprojb, l, {C, C}, true, tr.proj_bias);
+    unit(ParamKind::qkvw, ParamKind::qkvb, l, {Q, C}, true, tr.qkv_bias);
+    unit(ParamKind::ln1w, ParamKind::ln1b, l, {C}, false, norm_bias);
   }
-  add(ParamKind::wpe, -1, {maxT, C}, true);
+  // The embeddings: one unit, finished together by the encoder's backward.
+  const size_t emb = lay.total;
+  if (tr.position == PositionKind::learned) add(ParamKind::wpe, -1, {maxT, C}, true);
   add(ParamKind::wte, -1, {Vp, C}, true);
+  lay.grad_units.emplace_back(emb, lay.total);
   return lay;
 }
 
-std::vector<std::pair<size_t, size_t>> grad_ready_ranges(const ParamLayout& layout) {
-  const std::vector<ParamTensor>& t = layout.tensors;
-  RZ_CHECK(t.size() % 2 == 0, "parameter layout: %zu tensors do not pair up", t.size());
-  std::vector<std::pair<size_t, size_t>> out;
-  for (size_t i = 0; i < t.size(); i += 2) out.emplace_back(t[i].offset, t[i + 1].offset + t[i + 1].numel);
-  return out;
+const std::vector<std::pair<size_t, size_t>>& grad_ready_ranges(const ParamLayout& layout) {
+  return layout.grad_units;
 }
 
 int param_unit_of(const ParamTensor& t, int num_layers) {
   if (t.layer >= 0) return t.layer;
-  return t.kind == ParamKind::lnfw || t.kind == ParamKind::lnfb ? num_layers : num_layers + 1;
+  return t.kind == ParamKind::wte || t.kind == ParamKind::wpe ? num_layers + 1 : num_layers;
 }
 
 std::vector<std::pair<size_t, size_t>> param_unit_ranges(const ParamLayout& layout, int num_layers) {
@@ -85,6 +96,6 @@ std::vector<std::pair<size_t, size_t>> param_unit_ranges(const ParamLayout& layo
   return out;
 }
 
-size_t num_parameters(const GPT2Config& cfg) { return build_param_layout(cfg).total; }
+size_t num_parameters(const ModelConfig& cfg) { return build_param_layout(cfg).total; }
 
 }  // namespace rz

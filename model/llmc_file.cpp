@@ -25,9 +25,13 @@ namespace {
 // Per layout tensor: the index of its first element in llm.c's order, which is ParamKind's
 // order with the per-layer tensors of one kind stacked over layers 0..L-1.
 std::vector<size_t> llmc_positions(const GPT2Config& cfg, const ParamLayout& lay) {
+  RZ_CHECK(cfg.family == ModelFamily::gpt2,
+           "llm.c's model and debug-state files hold GPT-2 only, and this model is of the %s family (%s): write it as "
+           "a Hugging Face directory (export --to hf:DIR), the %s family's file", family_name(cfg.family),
+           describe_shape(cfg).c_str(), family_name(cfg.family));
   std::vector<size_t> at(lay.tensors.size(), 0);
   size_t pos = 0;
-  for (int k = 0; k < kNumParamKinds; ++k) {
+  for (int k = 0; k <= static_cast<int>(ParamKind::lnfb); ++k) {  // GPT-2's kinds, in llm.c's order
     const ParamKind kind = static_cast<ParamKind>(k);
     const bool per_layer = kind != ParamKind::wte && kind != ParamKind::wpe && kind != ParamKind::lnfw &&
                            kind != ParamKind::lnfb;
@@ -107,6 +111,13 @@ ModelFile read_model(const std::string& path, bool with_params) {
   FilePtr f = open_for_read(path, what, size);
   int32_t h[256];
   read_header(f.get(), size, h, what, path);
+  // A safetensors file starts with its header's length (8 bytes) and then '{': the model of a
+  // Hugging Face directory (every family's file), which this reader of llm.c's GPT-2 files
+  // names rather than calling a bad magic.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(h);
+  RZ_CHECK(h[0] == kModelMagic || bytes[8] != '{',
+           "model file %s: a safetensors file (a Hugging Face model's weights), not an llm.c model file: pass its "
+           "directory as hf:DIR", path.c_str());
   RZ_CHECK(h[0] == kModelMagic, "model file %s: bad magic %d, expected %d (an llm.c model checkpoint)",
            path.c_str(), h[0], kModelMagic);
   RZ_CHECK(h[1] == kModelVersionFp32 || h[1] == kModelVersionBf16,

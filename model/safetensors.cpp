@@ -268,16 +268,15 @@ void SafetensorsFile::read_f32(const SafeTensorInfo& t, uint64_t first, size_t n
   }
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafeTensorSpec>& tensors,
-                       const std::map<std::string, std::string>& metadata,
-                       const std::function<void(size_t index, const SafeBytesSink& sink)>& fill) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<SafeTensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(path) {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
     for (const auto& [k, v] : metadata) m[k] = v;
     h["__metadata__"] = m;
   }
-  std::vector<uint64_t> sizes;
   uint64_t at = 0;
   for (const SafeTensorSpec& t : tensors) {
     RZ_CHECK(t.name != "__metadata__" && !h.contains(t.name), "%s: tensor name '%s' is reserved or given twice",
@@ -286,28 +285,61 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensorSpec
     for (uint64_t d : t.shape)
       RZ_CHECK(!__builtin_mul_overflow(bytes, d, &bytes), "%s: tensor '%s' is too large", path.c_str(), t.name.c_str());
     h[t.name] = {{"dtype", safe_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
-    sizes.push_back(bytes);
+    names_.push_back(t.name);
+    begin_.push_back(at);
+    size_.push_back(bytes);
     at += bytes;
   }
+  written_.assign(tensors.size(), 0);
   std::string text = h.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data area starts 8-aligned
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  AtomicFile f(path);
-  f.write(len, 8);
-  f.write(text.data(), text.size());
+  file_.write(len, 8);
+  file_.write(text.data(), text.size());
+  data_start_ = 8 + text.size();
+}
+
+void SafetensorsWriter::write(size_t tensor, uint64_t offset, const void* data, size_t bytes) {
+  RZ_CHECK(tensor < size_.size() && offset <= size_[tensor] && bytes <= size_[tensor] - offset &&
+               bytes <= size_[tensor] - written_[tensor],
+           "%s: tensor '%s' got more than its %llu bytes", file_.path().c_str(),
+           tensor < names_.size() ? names_[tensor].c_str() : "?",
+           static_cast<unsigned long long>(tensor < size_.size() ? size_[tensor] : 0));
+  file_.seek(static_cast<size_t>(data_start_ + begin_[tensor] + offset));
+  file_.write(data, bytes);
+  written_[tensor] += bytes;
+}
+
+void SafetensorsWriter::commit() {
+  for (size_t i = 0; i < size_.size(); ++i)
+    RZ_CHECK(written_[i] == size_[i], "%s: tensor '%s' got %llu of its %llu bytes", file_.path().c_str(),
+             names_[i].c_str(), static_cast<unsigned long long>(written_[i]), static_cast<unsigned long long>(size_[i]));
+  file_.commit();
+}
+
+bool is_safetensors_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char head[9] = {};
+  struct stat st {};
+  const bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::pread(fd, head, 9, 0) == 9 && head[8] == '{';
+  ::close(fd);
+  return ok;
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafeTensorSpec>& tensors,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(size_t index, const SafeBytesSink& sink)>& fill) {
+  SafetensorsWriter w(path, tensors, metadata);
   for (size_t i = 0; i < tensors.size(); ++i) {
-    uint64_t written = 0;
+    uint64_t at = 0;
     fill(i, [&](const void* data, size_t bytes) {
-      RZ_CHECK(bytes <= sizes[i] - written, "%s: tensor '%s' got more than its %llu bytes", path.c_str(),
-               tensors[i].name.c_str(), static_cast<unsigned long long>(sizes[i]));
-      f.write(data, bytes);
-      written += bytes;
+      w.write(i, at, data, bytes);
+      at += bytes;
     });
-    RZ_CHECK(written == sizes[i], "%s: tensor '%s' got %llu of its %llu bytes", path.c_str(), tensors[i].name.c_str(),
-             static_cast<unsigned long long>(written), static_cast<unsigned long long>(sizes[i]));
   }
-  f.commit();
+  w.commit();
 }
 
 }  // namespace rz

@@ -31,6 +31,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/file.h"
+
 namespace rz {
 
 // The dtypes the format defines (sub-byte ones aside); only F32, F16 and BF16 read as fp32.
@@ -109,6 +111,29 @@ using SafeBytesSink = std::function<void(const void* data, size_t bytes)>;
 void write_safetensors(const std::string& path, const std::vector<SafeTensorSpec>& tensors,
                        const std::map<std::string, std::string>& metadata,
                        const std::function<void(size_t index, const SafeBytesSink& sink)>& fill);
+
+// The same file written a piece at a time, in any order: the header (as write_safetensors
+// writes it) goes out at construction, then write() puts bytes at an offset inside one
+// tensor's data (seek + write), and commit() checks that every tensor got exactly its size in
+// all and renames the file into place. A writer destroyed without commit leaves the target
+// untouched.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, const std::vector<SafeTensorSpec>& tensors,
+                    const std::map<std::string, std::string>& metadata);
+  void write(size_t tensor, uint64_t offset, const void* data, size_t bytes);
+  void commit();
+
+ private:
+  AtomicFile file_;
+  std::vector<std::string> names_;
+  std::vector<uint64_t> begin_, size_, written_;  // per tensor: bytes of the data area
+  uint64_t data_start_ = 0;                        // 8 + the header's length
+};
+
+// Whether the file at path starts as a safetensors file does (an 8-byte length, then '{'):
+// for readers that take either their own format or this one. False when it cannot be read.
+bool is_safetensors_file(const std::string& path);
 
 // IEEE half to float (exact).
 float f16_to_float(uint16_t h);

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 targets=(fuzz_token_shard fuzz_model_file fuzz_debug_state fuzz_tokenizer_bin fuzz_train_checkpoint
          fuzz_toml_config fuzz_gpt2_bpe fuzz_store_protocol fuzz_rank_settings fuzz_stop_notice
-         fuzz_flight_record fuzz_safetensors fuzz_hf_config fuzz_eval_file fuzz_tfevents)
+         fuzz_flight_record fuzz_safetensors fuzz_hf_config fuzz_hf_llama fuzz_eval_file fuzz_tfevents)
 source scripts/ccache.sh
 launcher=("${rz_ccache_launcher[@]}")
 cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >/dev/null

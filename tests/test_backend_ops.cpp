@@ -12,6 +12,8 @@
 #include "tests/gpu_test_util.h"
 
 #include <cstring>
+#include <iterator>
+#include <tuple>
 
 using namespace rz;
 using namespace rz::test;
@@ -138,27 +140,33 @@ TEMPLATE_TEST_CASE("matmul forward and backward", "[ops][gemm]", float, bf16) {
   }
 }
 
+// Attention shapes: multi-head (NKV = NH, GPT-2's layout, bitwise today's on the simulated
+// device), grouped-query (NKV = NH/3) and multi-query (NKV = 1); head sizes 16, 64 and 32.
+struct AttentionShape {
+  int B, T, C, NH, NKV;
+  size_t qkv_elems() const { return size_t(B) * T * (C + 2 * NKV * (C / NH)); }
+};
+static const AttentionShape kAttentionShapes[] = {
+    {2, 37, 48, 3, 3}, {2, 64, 128, 2, 2}, {2, 37, 96, 6, 2}, {1, 45, 128, 4, 1}};
+
 TEMPLATE_TEST_CASE("attention forward and backward", "[ops][gemm]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(4);
-  struct Shape {
-    int B, T, C, NH;
-  };
-  for (Shape s : {Shape{2, 37, 48, 3}, Shape{2, 64, 128, 2}}) {
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    CAPTURE(B, T, C, NH);
-    auto qkv = random_vec<E>(size_t(B) * T * 3 * C, rng);
+  for (const AttentionShape& s : kAttentionShapes) {
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, NKV = s.NKV;
+    CAPTURE(B, T, C, NH, NKV);
+    auto qkv = random_vec<E>(s.qkv_elems(), rng);
     std::vector<E> out(size_t(B) * T * C), att(size_t(B) * NH * T * T);
-    cpu().ops<E>().attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu().ops<E>().attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
     DevBuf<E> d_qkv(qkv), d_out = DevBuf<E>::poisoned(out.size()), d_att = DevBuf<E>::poisoned(att.size());
-    gpu().ops<E>().attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), B, T, C, NH);
+    gpu().ops<E>().attention_forward(d_out.ptr(), d_att.ptr(), d_qkv.ptr(), B, T, C, NH, NKV);
     compare("attention_forward out", d_out.host(), out, tol<E>());
     compare("attention_forward att", d_att.host(), att, tol<E>());
 
     auto dout = random_vec<E>(out.size(), rng), dqkv = random_vec<E>(qkv.size(), rng);
     DevBuf<E> d_dout(dout), d_dqkv(dqkv), c_att(att);  // both read the CPU's att
-    cpu().ops<E>().attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    gpu().ops<E>().attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_att.ptr(), B, T, C, NH);
+    cpu().ops<E>().attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NKV);
+    gpu().ops<E>().attention_backward(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_att.ptr(), B, T, C, NH, NKV);
     // In bf16 the CPU reference rounds dk and dv after every one of up to T additions
     // (the GPU sums in fp32 and rounds once), so the reference itself strays by about
     // sqrt(T) half-ulps: a wider absolute bar, still far below what a wrong index gives.
@@ -168,25 +176,25 @@ TEMPLATE_TEST_CASE("attention forward and backward", "[ops][gemm]", float, bf16)
 }
 
 // The flash-style pair against the CPU's flash pair, and its out against the CPU's
-// materialised out. Head sizes 16, 64 and 80 (80: lanes hold 3 dimensions, the last
-// partial), T past one 32-query block.
+// materialised out. Head sizes 16, 64, 32 and 80 (80: lanes hold 3 dimensions, the last
+// partial), T past one 32-query block, NKV in {NH, NH/3, 1}.
 TEMPLATE_TEST_CASE("flash attention forward and backward", "[ops]", float, bf16) {
   using E = TestType;
   std::mt19937 rng(14);
-  struct Shape {
-    int B, T, C, NH;
-  };
-  for (Shape s : {Shape{2, 37, 48, 3}, Shape{2, 64, 128, 2}, Shape{1, 70, 160, 2}}) {
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    CAPTURE(B, T, C, NH);
-    auto qkv = random_vec<E>(size_t(B) * T * 3 * C, rng);
+  std::vector<AttentionShape> shapes(std::begin(kAttentionShapes), std::end(kAttentionShapes));
+  shapes.push_back({1, 70, 160, 2, 2});
+  shapes.push_back({1, 40, 240, 3, 1});
+  for (const AttentionShape& s : shapes) {
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, NKV = s.NKV;
+    CAPTURE(B, T, C, NH, NKV);
+    auto qkv = random_vec<E>(s.qkv_elems(), rng);
     std::vector<E> out(size_t(B) * T * C), out_m(out.size()), att(size_t(B) * NH * T * T);
     std::vector<float> lse(size_t(B) * NH * T);
-    cpu().ops<E>().attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    cpu().ops<E>().attention_forward(out_m.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu().ops<E>().attention_forward_flash(out.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
+    cpu().ops<E>().attention_forward(out_m.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
     DevBuf<E> d_qkv(qkv), d_out = DevBuf<E>::poisoned(out.size());
     DevBuf<float> d_lse = DevBuf<float>::poisoned(lse.size());
-    gpu().ops<E>().attention_forward_flash(d_out.ptr(), d_lse.ptr(), d_qkv.ptr(), B, T, C, NH);
+    gpu().ops<E>().attention_forward_flash(d_out.ptr(), d_lse.ptr(), d_qkv.ptr(), B, T, C, NH, NKV);
     compare("attention_forward_flash out", d_out.host(), out, tol<E>());
     compare("attention_forward_flash out vs materialised", d_out.host(), out_m, tol<E>());
     compare("attention_forward_flash lse", d_lse.host(), lse, tol<float>());
@@ -194,10 +202,110 @@ TEMPLATE_TEST_CASE("flash attention forward and backward", "[ops]", float, bf16)
     auto dout = random_vec<E>(out.size(), rng), dqkv = random_vec<E>(qkv.size(), rng);
     DevBuf<E> d_dout(dout), d_dqkv(dqkv);
     DevBuf<float> c_lse(lse);  // both read the CPU's lse
-    cpu().ops<E>().attention_backward_flash(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
-    gpu().ops<E>().attention_backward_flash(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_lse.ptr(), B, T, C, NH);
+    cpu().ops<E>().attention_backward_flash(dqkv.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH, NKV);
+    gpu().ops<E>().attention_backward_flash(d_dqkv.ptr(), d_dout.ptr(), d_qkv.ptr(), c_lse.ptr(), B, T, C, NH, NKV);
     const Tol t = std::is_same_v<E, bf16> ? Tol{6e-2, 2e-2} : tol<E>();
     compare("attention_backward_flash dqkv", d_dqkv.host(), dqkv, t);
+  }
+}
+
+TEST_CASE("attention: kv heads that do not divide the query heads are refused, naming the op", "[ops]") {
+  DevBuf<float> x(std::vector<float>(4096, 1.0f));
+  REQUIRE_THROWS_WITH(gpu().ops<float>().attention_forward(x.ptr(), x.ptr(), x.ptr(), 1, 4, 48, 3, 2),
+                      Catch::Contains("attention_forward: the 2 key/value heads must divide the 3 query heads"));
+  REQUIRE_THROWS_WITH(gpu().ops<float>().attention_backward_flash(x.ptr(), x.ptr(), x.ptr(), x.ptr(), 1, 4, 48, 3, 0),
+                      Catch::Contains("attention_backward_flash: the 0 key/value heads must divide"));
+}
+
+// RMSNorm: rows past one chunk of the weight gradient's column sums (64), channel counts
+// that are not multiples of 32 (every lane's tail), eps as Llama 2 (1e-5) and SmolLM2 (1e-6).
+TEMPLATE_TEST_CASE("rmsnorm forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(16);
+  for (auto [N, C, eps] : {std::tuple{70, 100, 1e-5f}, std::tuple{129, 576, 1e-6f}}) {
+    CAPTURE(N, C, eps);
+    auto inp = random_vec<E>(size_t(N) * C, rng, 2.0f), w = random_vec<E>(C, rng);
+    std::vector<E> out(inp.size());
+    std::vector<float> rstd(N);
+    cpu().ops<E>().rmsnorm_forward(out.data(), rstd.data(), inp.data(), w.data(), N, C, eps);
+    DevBuf<E> d_inp(inp), d_w(w), d_out = DevBuf<E>::poisoned(out.size());
+    DevBuf<float> d_rstd = DevBuf<float>::poisoned(N);
+    gpu().ops<E>().rmsnorm_forward(d_out.ptr(), d_rstd.ptr(), d_inp.ptr(), d_w.ptr(), N, C, eps);
+    compare("rmsnorm_forward out", d_out.host(), out, tol<E>());
+    compare("rmsnorm_forward rstd", d_rstd.host(), rstd, tol<float>());
+
+    auto dout = random_vec<E>(inp.size(), rng);
+    auto dinp = random_vec<E>(inp.size(), rng), dw = random_vec<E>(C, rng);  // accumulated into
+    DevBuf<E> d_dout(dout), d_dinp(dinp), d_dw(dw);
+    DevBuf<float> c_rstd(rstd);  // both read the CPU's rstd
+    cpu().ops<E>().rmsnorm_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), rstd.data(), N, C);
+    gpu().ops<E>().rmsnorm_backward(d_dinp.ptr(), d_dw.ptr(), d_dout.ptr(), d_inp.ptr(), d_w.ptr(), c_rstd.ptr(), N, C);
+    compare("rmsnorm_backward dinp", d_dinp.host(), dinp, tol<E>());
+    compare("rmsnorm_backward dweight", d_dw.host(), dw, tol<E>());
+  }
+}
+
+// RoPE in place on q and k (v must come back untouched, bit for bit): positions from 0 and
+// deep into a sequence (pos0, the KV-cache decode's), NKV in {NH, NH/3, 1}, head sizes 16,
+// 64 and 80 (an odd number of pairs per 32 lanes: 40), Llama 2's and Llama 3's theta.
+TEMPLATE_TEST_CASE("rope forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(17);
+  struct Shape {
+    int B, T, NH, NKV, hs, pos0;
+    float theta;
+  };
+  for (Shape s : {Shape{2, 37, 3, 3, 16, 0, 10000.0f}, Shape{2, 19, 6, 2, 64, 1000, 500000.0f},
+                  Shape{1, 33, 4, 1, 80, 4093, 100000.0f}}) {
+    const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, hs = s.hs, pos0 = s.pos0;
+    CAPTURE(B, T, NH, NKV, hs, pos0, s.theta);
+    const size_t W = size_t(NH + 2 * NKV) * hs, n = size_t(B) * T * W;
+    const auto qkv = random_vec<E>(n, rng);
+    for (bool backward : {false, true}) {
+      CAPTURE(backward);
+      std::vector<E> want = qkv;
+      DevBuf<E> d(qkv);
+      if (backward) {
+        cpu().ops<E>().rope_backward(want.data(), B, T, NH, NKV, hs, pos0, s.theta);
+        gpu().ops<E>().rope_backward(d.ptr(), B, T, NH, NKV, hs, pos0, s.theta);
+      } else {
+        cpu().ops<E>().rope_forward(want.data(), B, T, NH, NKV, hs, pos0, s.theta);
+        gpu().ops<E>().rope_forward(d.ptr(), B, T, NH, NKV, hs, pos0, s.theta);
+      }
+      const auto got = d.host();
+      compare(backward ? "rope_backward dqkv" : "rope_forward qkv", got, want, tol<E>());
+      size_t v_changed = 0;
+      for (size_t r = 0; r < size_t(B) * T; ++r)
+        for (size_t c = size_t(NH + NKV) * hs; c < W; ++c) v_changed += !same_bits(got[r * W + c], qkv[r * W + c]);
+      CHECK(v_changed == 0);
+    }
+  }
+  DevBuf<E> x(std::vector<E>(64, from_f<E>(1.0f)));
+  REQUIRE_THROWS_WITH(gpu().ops<E>().rope_forward(x.ptr(), 1, 1, 1, 1, 7, 0, 10000.0f),
+                      Catch::Contains("rope_forward: the head size must be even"));
+}
+
+// SwiGLU: a width that is not a multiple of the block (every tail), gates far into both
+// tails (exp overflowing), and dgate_up poisoned first (assigned, every element written).
+TEMPLATE_TEST_CASE("swiglu forward and backward", "[ops]", float, bf16) {
+  using E = TestType;
+  std::mt19937 rng(18);
+  for (auto [N, H] : {std::pair{70, 100}, std::pair{3, 1536}}) {
+    CAPTURE(N, H);
+    auto gate_up = random_vec<E>(size_t(N) * 2 * H, rng, 3.0f);
+    gate_up[0] = from_f<E>(-200.0f), gate_up[1] = from_f<E>(200.0f);
+    std::vector<E> out(size_t(N) * H);
+    cpu().ops<E>().swiglu_forward(out.data(), gate_up.data(), N, H);
+    DevBuf<E> d_gu(gate_up), d_out = DevBuf<E>::poisoned(out.size());
+    gpu().ops<E>().swiglu_forward(d_out.ptr(), d_gu.ptr(), N, H);
+    compare("swiglu_forward out", d_out.host(), out, tol<E>());
+
+    auto dout = random_vec<E>(out.size(), rng);
+    std::vector<E> dgu(gate_up.size(), poison<E>());
+    cpu().ops<E>().swiglu_backward(dgu.data(), dout.data(), gate_up.data(), N, H);
+    DevBuf<E> d_dout(dout), d_dgu = DevBuf<E>::poisoned(gate_up.size());
+    gpu().ops<E>().swiglu_backward(d_dgu.ptr(), d_dout.ptr(), d_gu.ptr(), N, H);
+    compare("swiglu_backward dgate_up", d_dgu.host(), dgu, tol<E>());
   }
 }
 
@@ -239,7 +347,7 @@ TEMPLATE_TEST_CASE("attention against a KV cache", "[ops]", float, bf16) {
           row[2 * C + c] = vc[(size_t(b) * Tc + t) * C + c];
         }
       }
-    cpu().ops<E>().attention_forward(full.data(), att.data(), qkv.data(), B, T, C, NH);
+    cpu().ops<E>().attention_forward(full.data(), att.data(), qkv.data(), B, T, C, NH, NH);
     std::vector<E> rows(out.size());
     for (int b = 0; b < B; ++b)
       std::copy_n(full.data() + (size_t(b) * T + pos) * C, size_t(Tq) * C, rows.data() + size_t(b) * Tq * C);

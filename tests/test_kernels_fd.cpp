@@ -4,7 +4,8 @@
 // weights w, so dJ/dout = w. Backward gets dout = w and must produce dJ/din; the finite
 // difference (J(in + e) - J(in - e)) / 2e with e = 1e-6 in fp64 has an error near 1e-9,
 // so the bar below (max error / max gradient < 1e-6) is far under 1e-4. Gradient buffers
-// start at a nonzero value to check that backward accumulates (+=) where it should.
+// start at a nonzero value to check that backward accumulates (+=) where it should
+// (tests/fd_util.h). The Llama family's kernels have theirs in tests/test_kernels_llama.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -22,46 +23,10 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/residual.h"
+#include "tests/fd_util.h"
 
 using namespace rz;
-using Vec = std::vector<double>;
-
-static Vec randn(size_t n, uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> d(0.0, scale);
-  Vec v(n);
-  for (double& x : v) x = d(g);
-  return v;
-}
-
-static double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Checks analytic (the accumulated gradient minus its starting value `base`) against the
-// central difference of objective() over every element of x.
-static void check_fd(const char* what, Vec& x, const Vec& analytic_plus_base, double base,
-                     const std::function<double()>& objective) {
-  const double eps = 1e-6;
-  double max_err = 0, max_abs = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + eps;
-    const double jp = objective();
-    x[i] = keep - eps;
-    const double jm = objective();
-    x[i] = keep;
-    const double numeric = (jp - jm) / (2 * eps);
-    const double analytic = analytic_plus_base[i] - base;
-    max_err = std::max(max_err, std::abs(numeric - analytic));
-    max_abs = std::max(max_abs, std::abs(numeric));
-  }
-  INFO(what << ": max |analytic - fd| = " << max_err << ", max |grad| = " << max_abs);
-  REQUIRE(max_abs > 1e-3);  // the check is not vacuous
-  CHECK(max_err / max_abs < 1e-6);
-}
+using namespace rz::test;
 
 TEST_CASE("encoder backward matches finite differences", "[kernels][fd]") {
   const int B = 2, T = 3, C = 4, Vp = 5, maxT = 4;
@@ -142,7 +107,7 @@ TEST_CASE("attention backward matches finite differences", "[kernels][fd]") {
   Vec qkv = randn(B * T * 3 * C, 14), w = randn(B * T * C, 15);
   Vec out(B * T * C), att(B * NH * T * T);
   auto J = [&] {
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
     return dot(out, w);
   };
   J();
@@ -157,7 +122,7 @@ TEST_CASE("attention backward matches finite differences", "[kernels][fd]") {
     CHECK(s == Approx(1.0).margin(1e-12));
   }
   Vec dqkv(B * T * 3 * C, 0.125);
-  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH, NH);
   check_fd("dqkv", qkv, dqkv, 0.125, J);
 }
 
@@ -167,7 +132,7 @@ TEST_CASE("attention over several causal row blocks matches finite differences",
   Vec qkv = randn(B * T * 3 * C, 16), w = randn(B * T * C, 17);
   Vec out(B * T * C), att(B * NH * T * T);
   auto J = [&] {
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
     return dot(out, w);
   };
   J();
@@ -181,7 +146,7 @@ TEST_CASE("attention over several causal row blocks matches finite differences",
     CHECK(s == Approx(1.0).margin(1e-12));
   }
   Vec dqkv(B * T * 3 * C, -0.25);
-  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH, NH);
   check_fd("dqkv (row blocks)", qkv, dqkv, -0.25, J);
 }
 
@@ -196,17 +161,19 @@ static E from_float(float x) {
   else return float_to_bf16(x);
 }
 
+// NKV < NH: grouped-query attention, query head h reading kv head h / (NH / NKV).
 template <typename E>
-static void check_flash_against_materialised(double grad_tol) {
-  const int B = 2, T = 70, C = 24, NH = 2, hs = C / NH;  // 3 row blocks, the last partial
-  const Vec q64 = randn(size_t(B) * T * 3 * C, 18), g64 = randn(size_t(B) * T * C, 19);
+static void check_flash_against_materialised(double grad_tol, int NH = 2, int NKV = 2) {
+  const int B = 2, T = 70, C = 24, hs = C / NH;  // 3 row blocks, the last partial
+  const int W = C + 2 * NKV * hs, G = NH / NKV;    // qkv's row: q (C), k, v (NKV * hs each)
+  const Vec q64 = randn(size_t(B) * T * W, 18), g64 = randn(size_t(B) * T * C, 19);
   std::vector<E> qkv(q64.size()), dout(g64.size());
   for (size_t i = 0; i < q64.size(); ++i) qkv[i] = from_float<E>(float(q64[i]));
   for (size_t i = 0; i < g64.size(); ++i) dout[i] = from_float<E>(float(g64[i]));
   std::vector<E> out_m(size_t(B) * T * C), att(size_t(B) * NH * T * T), out_f(out_m.size(), from_float<E>(-7.0f));
   std::vector<float> lse(size_t(B) * NH * T, -7.0f);
-  attention_forward(out_m.data(), att.data(), qkv.data(), B, T, C, NH);
-  attention_forward_flash(out_f.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out_m.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
+  attention_forward_flash(out_f.data(), lse.data(), qkv.data(), B, T, C, NH, NKV);
   for (size_t i = 0; i < out_m.size(); ++i) REQUIRE(as_float(out_f[i]) == as_float(out_m[i]));  // same products
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -216,8 +183,8 @@ static void check_flash_against_materialised(double grad_tol) {
         for (int u = 0; u <= t; ++u) {
           double d = 0;
           for (int i = 0; i < hs; ++i)
-            d += double(as_float(qkv[(size_t(b) * T + t) * 3 * C + h * hs + i])) *
-                 double(as_float(qkv[(size_t(b) * T + u) * 3 * C + C + h * hs + i]));
+            d += double(as_float(qkv[(size_t(b) * T + t) * W + h * hs + i])) *
+                 double(as_float(qkv[(size_t(b) * T + u) * W + C + (h / G) * hs + i]));
           sc[u] = d / std::sqrt(double(hs));
           m = std::max(m, sc[u]);
         }
@@ -225,8 +192,8 @@ static void check_flash_against_materialised(double grad_tol) {
         REQUIRE(lse[(size_t(b) * NH + h) * T + t] == Approx(m + std::log(sum)).margin(1e-5));
       }
   std::vector<E> dq_m(qkv.size(), from_float<E>(0.5f)), dq_f(qkv.size(), from_float<E>(0.5f));  // both accumulate
-  attention_backward(dq_m.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  attention_backward_flash(dq_f.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH);
+  attention_backward(dq_m.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NKV);
+  attention_backward_flash(dq_f.data(), dout.data(), qkv.data(), lse.data(), B, T, C, NH, NKV);
   double worst = 0, scale = 0;
   for (size_t i = 0; i < dq_m.size(); ++i) {
     worst = std::max(worst, std::abs(double(as_float(dq_f[i])) - double(as_float(dq_m[i]))));
@@ -242,6 +209,8 @@ TEST_CASE("flash attention equals the materialised attention", "[kernels][attent
   // bf16: the materialised backward reads probabilities rounded to bf16 when saved; the
   // flash one recomputes them in fp32, so the two differ by about one bf16 rounding.
   SECTION("bf16") { check_flash_against_materialised<bf16>(2e-2); }
+  SECTION("fp32, grouped-query (6 heads on 2 kv heads)") { check_flash_against_materialised<float>(1e-5, 6, 2); }
+  SECTION("bf16, multi-query (3 heads on 1 kv head)") { check_flash_against_materialised<bf16>(2e-2, 3, 1); }
 }
 
 // fp32 GELU (on AVX2 + FMA CPUs its own vector code, a sigmoid form of the tanh formula)

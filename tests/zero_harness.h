@@ -1,4 +1,5 @@
-// tests/zero_harness.h: N ranks as threads, each with its own tiny GPT-2 and strategy,
+// tests/zero_harness.h: N ranks as threads, each with its own tiny model (GPT-2's tiny
+// preset unless the spec names another shape, e.g. llama-tiny) and strategy,
 // trained for a few steps on batches whose tokens depend only on (step, global row), so
 // any split of the global batch over ranks and micro-steps sees the same data.
 #pragma once
@@ -33,6 +34,7 @@ struct RunSpec {
   bool grad_reduce_fp32 = false;  // bf16: gradient buckets reduced in fp32 (zero/wide_reduce.h)
   // The step gate of every rank (zero/strategy.h): gate(rank, step, grad_norm); empty: none.
   std::function<bool(int, int, double)> gate;
+  ModelConfig config = model_preset("tiny");  // the model every rank trains
 };
 
 struct RunResult {
@@ -64,7 +66,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   copts.transport = CommTransport::thread;
   copts.timeout_s = 60.0;
   auto comms = make_thread_communicators(N, copts);
-  GPT2Config cfg = tiny_config();
+  const GPT2Config cfg = spec.config;
   ModelOptions mopts;
   mopts.precision = spec.precision;
   std::vector<std::unique_ptr<GPT2>> models;

@@ -23,10 +23,19 @@
 #include "base/printable.h"
 #include "model/layout.h"
 #include "model/llmc_file.h"
+#include "model/saved_model.h"
 
 namespace fs = std::filesystem;
 
 namespace rz {
+namespace {
+// A model file a checkpoint may hold (model/saved_model.h), of either family.
+bool model_file_name(const std::string& name) {
+  const auto& all = all_saved_model_files();
+  return std::find(all.begin(), all.end(), name) != all.end();
+}
+}  // namespace
+
 namespace {
 
 constexpr uint64_t kRankStateMagic = 0x3145544154535a52ull;  // "RZSTATE1" little-endian
@@ -251,7 +260,12 @@ void write_manifest(const std::string& dir, uint64_t step, int world, const std:
   j["world"] = world;
   j["strategy"] = strategy;
   j["precision"] = precision;
-  std::vector<std::string> names = {"model.bin"};
+  // The model's files, whichever its family writes (model/saved_model.h), then the rank files.
+  std::vector<std::string> names;
+  for (const std::string& m : all_saved_model_files())
+    if (fs::exists(fs::symlink_status(fs::path(dir) / m))) names.push_back(m);
+  RZ_CHECK(!names.empty(), "%s: no model file (model.bin, or config.json + model.safetensors) after the save barrier",
+           dir.c_str());
   for (int r = 0; r < world; ++r) names.push_back(rank_state_name(r));
   nlohmann::json files = nlohmann::json::object();
   for (const auto& n : names) {
@@ -303,10 +317,10 @@ CheckpointManifest read_manifest(const std::string& dir) {
   for (auto& [name, f] : files.items()) {
     // Only the names a save writes: a manifest never points outside its directory.
     int r = -1;
-    RZ_CHECK(name == "model.bin" || (std::sscanf(name.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
-                                     name == rank_state_name(r)),
-             "%s: lists \"%s\", which is not a file a checkpoint holds (model.bin, rank_NNNNN.state)", path.c_str(),
-             name.c_str());
+    RZ_CHECK(model_file_name(name) || (std::sscanf(name.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
+                                       name == rank_state_name(r)),
+             "%s: lists \"%s\", which is not a file a checkpoint holds (model.bin, config.json, model.safetensors, "
+             "rank_NNNNN.state)", path.c_str(), name.c_str());
     const std::string where = "file \"" + name + "\": ";
     const std::string hex = text(field(f, where, "fnv64"), where, "fnv64");
     RZ_CHECK(hex.size() == 16 && hex.find_first_not_of("0123456789abcdef") == std::string::npos,
@@ -350,14 +364,14 @@ bool starts_with_bytes(const fs::path& p, const void* magic, size_t n) {
   return in.read(head.data(), static_cast<std::streamsize>(n)) && std::memcmp(head.data(), magic, n) == 0;
 }
 
-// Whether `name` in a step directory is a file save writes: COMPLETE, model.bin,
+// Whether `name` in a step directory is a file save writes: COMPLETE, a model file,
 // rank_NNNNN.state, or the temporary "<one of those>.tmp.<pid>" AtomicFile writes first.
 // A file under a real name must also be listed in the manifest, or (an interrupted save,
-// no manifest) start with its format's magic.
-// "model.bin", "rank_NNNNN.state" or "COMPLETE", the names a save writes (no temporary suffix).
+// no manifest) start as its format starts.
+// A model file's name, or "rank_NNNNN.state" or "COMPLETE": the names a save writes (no temporary suffix).
 bool save_file_name(const std::string& base) {
   int r = 0;
-  return base == "COMPLETE" || base == "model.bin" ||
+  return base == "COMPLETE" || model_file_name(base) ||
          (base.size() == 16 && std::sscanf(base.c_str(), "rank_%5d.state", &r) == 1 && r >= 0 &&
           base == rank_state_name(r));
 }
@@ -377,6 +391,14 @@ bool written_by_save(const fs::path& file, const std::string& name, const std::s
   if (base == "model.bin") {
     const int32_t magic = kModelMagic;
     return starts_with_bytes(file, &magic, sizeof(magic));
+  }
+  // The llama family's Hugging Face files: config.json as hf_llama_config_text starts it,
+  // model.safetensors with its header's length and then the header's '{'.
+  if (base == "config.json") return starts_with_bytes(file, "{\n  \"architectures\"", 19);
+  if (base == "model.safetensors") {
+    std::ifstream in(file, std::ios::binary);
+    char head[9] = {};
+    return in.read(head, 9) && head[8] == '{';
   }
   return starts_with_bytes(file, &kRankStateMagic, sizeof(kRankStateMagic));
 }
@@ -465,7 +487,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
     const uint64_t bytes = checkpoint_file_size(p);
     RZ_CHECK(bytes == sz.first, "%s: truncated or replaced (%llu bytes, the manifest says %llu)", p.c_str(),
              static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(sz.first));
-    if (name == "model.bin")  // rank files carry their own checksum, checked as they are read
+    if (model_file_name(name))  // rank files carry their own checksum, checked as they are read
       RZ_CHECK(file_fnv64(p) == sz.second, "%s: checksum mismatch (the file is corrupted)", p.c_str());
     listed.insert(name);
   }
@@ -501,13 +523,17 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, uint64_t layout_total) 
   }
   RZ_CHECK(reached >= layout_total, "%s: the rank files leave parameter %lld without optimizer state", dir.c_str(),
            static_cast<long long>(reached));
-  // model.bin (what `sample` and llm.c read): its size against its llm.c header's shape, and
-  // that shape's parameter count against this model's.
-  const std::string model = (fs::path(dir) / "model.bin").string();
-  RZ_CHECK(listed.count("model.bin") > 0, "%s: the manifest does not list model.bin", dir.c_str());
-  const GPT2Config shape = read_model_header(model).cfg;
+  // The model (what `sample` reads: model.bin for GPT-2, and llm.c too; config.json +
+  // model.safetensors for Llama, and transformers too): every file listed, its size against
+  // its own header's shape, and that shape's parameter count against this model's.
+  const std::vector<std::string> model_files = saved_model_paths(dir);
+  RZ_CHECK(!model_files.empty(), "%s: holds no model (neither model.bin nor config.json)", dir.c_str());
+  for (const std::string& f : model_files)
+    RZ_CHECK(listed.count(fs::path(f).filename().string()) > 0, "%s: the manifest does not list %s", dir.c_str(),
+             fs::path(f).filename().c_str());
+  const ModelConfig shape = check_saved_model(dir);  // its errors name the file
   RZ_CHECK(num_parameters(shape) == layout_total, "%s: holds a model of %zu parameters, this model has %llu",
-           model.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
+           dir.c_str(), num_parameters(shape), static_cast<unsigned long long>(layout_total));
   return ck;
 }
 

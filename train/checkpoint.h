@@ -2,7 +2,10 @@
 //
 // One directory per saved step, inside --save-dir:
 //   step_00000010/
-//     model.bin            rank 0: the model in llm.c's format (llm.c and `ringzero sample` read it)
+//     model.bin            rank 0: a GPT-2 model in llm.c's format (llm.c and `ringzero sample` read it)
+//     config.json          rank 0, instead of model.bin for the llama family: a Hugging Face
+//     model.safetensors    directory's files (transformers and `ringzero sample` read it;
+//                          model/saved_model.h)
 //     rank_00000.state     every rank: its optimizer shard, loader position, RNG (format below)
 //     rank_00001.state
 //     COMPLETE             rank 0, last: JSON manifest (step, world, strategy, files with size and
@@ -16,8 +19,8 @@
 // the strategy's own arrays with at most one scratch chunk (zero/strategy.h's
 // state_chunk_elems(), one --bucket-mb of fp32). Saving: each rank's file is written from
 // Strategy::visit_optimizer_state's chunks (pointers into its arrays), the checksum computed
-// as the bytes go out and the header rewritten last; model.bin goes through ModelFileWriter
-// (model/llmc_file.h) from Strategy::visit_params_f32's chunks (zero3 gathers one unit at a
+// as the bytes go out and the header rewritten last; the model goes through its family's
+// SavedModelWriter (model/saved_model.h) from Strategy::visit_params_f32's chunks (zero3 gathers one unit at a
 // time; bf16 is widened per chunk). Loading: load_checkpoint verifies every file (sizes,
 // checksums by streaming, headers, that the old ranks' ranges cover the layout) without
 // reading the arrays; read_checkpoint_state then reads, for each old rank's file, only the

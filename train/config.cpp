@@ -130,6 +130,8 @@ enum class Allowed {
   reduce_dtype,  // auto, bf16 or fp32 (--grad-reduce-dtype)
   spike_metric,  // loss or grad_norm
   sample_tokens, // 1 .. kMaxSampleTokens
+  family,        // auto, or a family of model/family.h
+  classifier,    // auto, tied or untied
 };
 
 struct Setting {
@@ -142,15 +144,21 @@ struct Setting {
 
 // clang-format off
 constexpr Setting kSettings[] = {
-  {"model", &TrainConfig::model, Allowed::any, "model preset the shape starts from (tiny, d2, d4, d6, d12, d24, d36, d48)", Agree::same},
+  {"model", &TrainConfig::model, Allowed::any, "model preset the shape starts from: GPT-2's tiny, d2, d4, d6, d12, d24, d36, d48; Llama-style llama-tiny, llama-d4, llama-d6, llama-d12, smollm2-135m (docs/model.md)", Agree::same},
+  {"family", &TrainConfig::family, Allowed::family, "the block: gpt2 (layernorm, learned positions, GELU MLP, biases, tied) or llama (RMSNorm, rotary positions, SwiGLU MLP, grouped kv heads, no biases, tied or untied); auto: the preset's. Another family than the preset's keeps its L, C, NH, V and maxT", Agree::same},
   {"layers", &TrainConfig::layers, Allowed::non_negative, "number of layers L (0: the preset's)", Agree::same},
   {"channels", &TrainConfig::channels, Allowed::non_negative, "channels C (0: the preset's)", Agree::same},
   {"heads", &TrainConfig::heads, Allowed::non_negative, "attention heads NH (0: the preset's)", Agree::same},
+  {"kv_heads", &TrainConfig::kv_heads, Allowed::non_negative, "llama: key/value heads NKV, a divisor of heads (NH: multi-head, 1: multi-query; 0: the preset's)", Agree::same},
+  {"intermediate", &TrainConfig::intermediate, Allowed::non_negative, "llama: width H of the gated MLP (0: the preset's; for other channels than the preset's 8C/3 rounded up to 64)", Agree::same},
+  {"rope_theta", &TrainConfig::rope_theta, Allowed::non_negative, "llama: base of the rotary embeddings' frequencies (0: the preset's, 10000 unless it says)", Agree::same},
+  {"norm_eps", &TrainConfig::norm_eps, Allowed::non_negative, "llama: RMSNorm's epsilon (0: the preset's, 1e-5)", Agree::same},
+  {"classifier", &TrainConfig::classifier, Allowed::classifier, "tied (the token embedding is the classifier) or untied (llama: an lm_head of its own, Vp x C more parameters); auto: the preset's", Agree::same},
   {"vocab", &TrainConfig::vocab, Allowed::non_negative, "vocabulary size V (0: the tokenizer's, else the preset's)", Agree::same},
-  {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT, rows of wpe (0: the preset's)", Agree::same},
+  {"max_seq", &TrainConfig::max_seq, Allowed::non_negative, "longest sequence maxT: rows of wpe (gpt2), the longest context (llama) (0: the preset's)", Agree::same},
   {"init", &TrainConfig::init, Allowed::any, "the model to start from instead of random init: an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) or hf:DIR (a Hugging Face GPT-2 directory)", Agree::same_files},
   {"precision", &TrainConfig::precision_choice, Allowed::any, "storage precision of parameters, gradients and activations; auto: bf16 where this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16), else fp32 (the configuration table says which and why)", Agree::same},
-  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; cuda is " RZ_GPU_STATUS "; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)", Agree::same_kind},
+  {"device", &TrainConfig::device, Allowed::any, "where the model runs: cpu, cuda (several ranks: LOCAL_RANK mod the GPUs) or cuda:K (every rank on GPU K); GPU ranks need --comm ring or nccl; sim: the simulated device, for tests (GPU code paths on the CPU, docs/cuda.md)", Agree::same_kind},
   {"recompute", &TrainConfig::recompute, Allowed::any, "activations recomputed in backward instead of kept: none (keep all), gelu (keep no MLP GELU output, 4C per position per layer) or layer (keep only each block's input, C per position per layer, and rerun the block's forward in backward)", Agree::same},
   {"attention", &TrainConfig::attention, Allowed::any, "what attention keeps for backward: materialized (the (T, T) probabilities per head and layer) or flash (one float per row; backward recomputes the probabilities)", Agree::same},
   {"threads", &TrainConfig::threads, Allowed::threads, "OpenMP threads per rank (0: OMP_NUM_THREADS / the launcher's share)", Agree::free},
@@ -293,6 +301,8 @@ std::string allowed_text(const Setting& k) {
     case Allowed::reduce_dtype: return "auto, bf16 or fp32";
     case Allowed::spike_metric: return "loss or grad_norm";
     case Allowed::sample_tokens: return strfmt("1..%d", kMaxSampleTokens);
+    case Allowed::family: return "auto, " + or_list(family_names());
+    case Allowed::classifier: return "auto, tied or untied";
   }
   return "";
 }
@@ -330,6 +340,14 @@ void check_allowed(const TrainConfig& c, const Setting& k) {
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (k.allowed == Allowed::spike_metric)
             RZ_CHECK(v == "loss" || v == "grad_norm", "expected %s, found '%s'", allowed_text(k).c_str(), v.c_str());
+          if (k.allowed == Allowed::family) {
+            const std::vector<std::string> names = family_names();
+            RZ_CHECK(v == "auto" || std::find(names.begin(), names.end(), v) != names.end(), "expected %s, found '%s'",
+                     allowed_text(k).c_str(), v.c_str());
+          }
+          if (k.allowed == Allowed::classifier)
+            RZ_CHECK(v == "auto" || v == "tied" || v == "untied", "expected %s, found '%s'", allowed_text(k).c_str(),
+                     v.c_str());
           if (k.allowed == Allowed::reduce_dtype)
             RZ_CHECK(v == "auto" || v == "bf16" || v == "fp32", "expected %s, found '%s'", allowed_text(k).c_str(),
                      v.c_str());
@@ -699,7 +717,10 @@ void set_flag_value(TrainConfig& cfg, const std::string& name, const std::string
 
 bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   CLI::App app{
-      "Train a GPT-2 model on one or many ranks (ddp, zero1, zero2, zero3).\n"
+      "Train a GPT-2 or Llama-style model on one or many ranks (ddp, zero1, zero2, zero3).\n"
+      "The model is a preset (--model) with its keys overridden; --model llama-tiny, llama-d4, ...\n"
+      "or smollm2-135m (or --family llama) gives RMSNorm, rotary positions, a SwiGLU MLP and\n"
+      "grouped kv heads (--kv-heads) instead of GPT-2's block; docs/model.md.\n"
       "Settings come from the defaults, then CONFIG.toml (flat `key = value` lines), then the\n"
       "flags below, which win. With --nproc-per-node N > 1 ringzero starts the N ranks itself;\n"
       "under torchrun, srun or mpirun each process reads its rank from the environment (a launch\n"

@@ -64,12 +64,18 @@ inline constexpr int kMaxSampleTokens = 1 << 20;
 
 struct TrainConfig {
   // --- model
-  std::string model = "tiny";     // preset (tiny, d2, d4, d6, d12, ...) the shape starts from
+  std::string model = "tiny";     // preset (tiny, d2, ..., llama-tiny, ..., smollm2-135m) the shape starts from
+  std::string family = "auto";    // gpt2 | llama: the block (model/family.h); auto keeps the preset's
   int layers = 0;                 // L; 0 keeps the preset's
   int channels = 0;               // C; 0 keeps the preset's
   int heads = 0;                  // NH; 0 keeps the preset's
+  int kv_heads = 0;               // NKV (llama: GQA, MQA at 1); 0 keeps the preset's
+  int intermediate = 0;           // H, the gated MLP's width (llama); 0 keeps the preset's (or its default for C)
+  double rope_theta = 0;          // rotary base (llama); 0 keeps the preset's
+  double norm_eps = 0;            // RMSNorm epsilon (llama); 0 keeps the preset's
+  std::string classifier = "auto";  // tied | untied (llama: an lm_head of its own); auto keeps the preset's
   int vocab = 0;                  // V; 0 takes the tokenizer's (data dir's tokenizer.bin / --tokenizer), else the preset's
-  int max_seq = 0;                // maxT (rows of wpe); 0 keeps the preset's
+  int max_seq = 0;                // maxT (rows of wpe; a rotary model's longest context); 0 keeps the preset's
   ModelSource init;               // a model to start from instead of random init (.bin, checkpoint dir, hf:DIR)
   PrecisionChoice precision_choice = PrecisionChoice::fp32;  // the key `precision`: fp32 | bf16 | auto (above)
   Precision precision() const { return resolve_precision(precision_choice, device); }  // what runs
@@ -199,6 +205,13 @@ void validate_config(const TrainConfig& cfg);
 // resolved to and from where, as `resolved` gives it (key -> "257 (from the tokenizer)");
 // precision auto shows its choice and why on its own.
 std::string format_config_table(const TrainConfig& cfg, const std::map<std::string, std::string>& resolved = {});
+
+// The shape keys of a config as overrides of its preset (model/config.h).
+ShapeOverrides config_shape_overrides(const TrainConfig& tc);
+
+// A model read from a file (`what`: "the --init model M.bin") against the config's shape keys:
+// a key set (not 0 / auto) that disagrees is an error naming it.
+void check_shape_keys_match(const TrainConfig& tc, const ModelConfig& m, const std::string& what);
 
 // The model shape a training config describes, for the benchmarks (bench-step,
 // bench-strategies): its preset with the config's overrides; a vocab of 0 takes the

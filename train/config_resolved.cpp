@@ -15,6 +15,21 @@ std::map<std::string, std::string> resolved_settings(const TrainConfig& cfg, con
   for (auto [key, given, value] : {std::tuple{"layers", cfg.layers, m.num_layers}, {"channels", cfg.channels, m.channels},
                                    {"heads", cfg.heads, m.num_heads}, {"max_seq", cfg.max_seq, m.max_seq_len}})
     if (given == 0) r[key] = strfmt("%d (%s)", value, shape_from);
+  if (cfg.family == "auto") r["family"] = strfmt("%s (%s)", family_name(m.family), shape_from);
+  // The keys only some families have: what this one made of them, or that it has none.
+  const FamilyTraits& tr = family_traits(m.family);
+  const char* none = "- (the family has none)";
+  if (cfg.kv_heads == 0)
+    r["kv_heads"] = tr.grouped_kv ? strfmt("%d (%s)", m.num_kv_heads, shape_from) : strfmt("%d (= heads)", m.num_kv_heads);
+  if (cfg.intermediate == 0)
+    r["intermediate"] = tr.mlp == MlpKind::gelu ? strfmt("%d (4 x channels)", m.intermediate)
+                                                : strfmt("%d (%s)", m.intermediate, shape_from);
+  if (cfg.rope_theta == 0)
+    r["rope_theta"] = tr.position == PositionKind::rope ? strfmt("%g (%s)", m.rope_theta, shape_from) : std::string(none);
+  if (cfg.norm_eps == 0)
+    r["norm_eps"] = tr.norm == NormKind::rmsnorm ? strfmt("%g (%s)", m.norm_eps, shape_from)
+                                                 : strfmt("%g (layernorm's)", m.norm_eps);
+  if (cfg.classifier == "auto") r["classifier"] = strfmt("%s (%s)", m.tied ? "tied" : "untied", shape_from);
   if (cfg.vocab == 0) {
     const char* from = !cfg.init.empty()        ? "from the --init model"
                        : !run.have_tokenizer    ? "the preset's"

@@ -2,10 +2,11 @@
 // prints during training.
 //
 // Generation keeps a KV cache (GPT2::forward_cached): the prompt is one forward, and each
-// new token then costs one position's forward, not the window's. GPT-2's positions are
-// absolute (wpe), so the cache is exact only while the whole context fits the window
-// (at most maxT tokens); past it every token's window starts one position later, and each
-// token recomputes the window as a full forward over its last T_window tokens.
+// new token then costs one position's forward, not the window's. Positions are absolute
+// (GPT-2's wpe rows, Llama's rotation angles of the cached keys), so the cache is exact only
+// while the whole context fits the window (at most maxT tokens); past it every token's
+// window starts one position later, and each token recomputes the window as a full forward
+// over its last T_window tokens.
 #pragma once
 
 #include <cstdint>

@@ -35,6 +35,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/llmc_file.h"
+#include "model/saved_model.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
 #include "train/config_agree.h"
@@ -97,8 +98,7 @@ std::unique_ptr<Tokenizer> resolve_tokenizer(const TrainConfig& cfg) {
 }
 
 GPT2Config resolve_model_config(const TrainConfig& cfg, const Tokenizer* tok) {
-  GPT2Config m = override_shape(model_preset(cfg.model), {.layers = cfg.layers, .channels = cfg.channels,
-                                                          .heads = cfg.heads, .vocab = cfg.vocab, .max_seq = cfg.max_seq});
+  GPT2Config m = override_shape(model_preset(cfg.model), config_shape_overrides(cfg));
   if (cfg.vocab <= 0 && tok != nullptr) m.vocab_size = tok->vocab_size();
   finalize_config(m);
   return m;
@@ -242,13 +242,7 @@ void Trainer::setup() {
   if (init) {
     mcfg_ = read_model_source_config(cfg_.init);  // the parameters are streamed in below
     // The file's shape is the model's; an explicit shape key that disagrees is a mistake.
-    for (auto [key, want, have] : {std::tuple{"layers", cfg_.layers, mcfg_.num_layers},
-                                   {"channels", cfg_.channels, mcfg_.channels},
-                                   {"heads", cfg_.heads, mcfg_.num_heads},
-                                   {"vocab", cfg_.vocab, mcfg_.vocab_size},
-                                   {"max_seq", cfg_.max_seq, mcfg_.max_seq_len}})
-      RZ_CHECK(want == 0 || want == have, "%s: %d, but the --init model %s has %d", key, want,
-               cfg_.init.spec.c_str(), have);
+    check_shape_keys_match(cfg_, mcfg_, "the --init model " + cfg_.init.spec);
   } else {
     mcfg_ = resolve_model_config(cfg_, tok_.get());
   }
@@ -381,21 +375,18 @@ void Trainer::resume() {
   // on a 4-head model, a vocab that pads to the same Vp) would load without complaint.
   const auto done = list_complete_checkpoints(cfg_.save_dir);
   if (!done.empty()) {
-    const std::string mpath = (fs::path(done.back().second) / "model.bin").string();
+    const std::string mpath = done.back().second;  // the step directory: its model files
     std::optional<GPT2Config> header;
     try {
-      header = read_model_header(mpath).cfg;
+      header = read_saved_model_config(mpath);
     } catch (const Error&) {
-      // A damaged model.bin: the loader below reports it (or --resume auto skips it).
+      // A damaged model file: the loader below reports it (or --resume auto skips it).
     }
     if (header) {
-      const GPT2Config& h = *header;
-      RZ_CHECK(h.num_layers == mcfg_.num_layers && h.channels == mcfg_.channels && h.num_heads == mcfg_.num_heads &&
-                   h.vocab_size == mcfg_.vocab_size && h.max_seq_len == mcfg_.max_seq_len,
-               "resume: %s holds a model of shape L%d C%d NH%d V%d maxT%d, but this run asks for L%d C%d NH%d V%d "
-               "maxT%d (give the checkpoint's shape, or no shape keys)",
-               mpath.c_str(), h.num_layers, h.channels, h.num_heads, h.vocab_size, h.max_seq_len, mcfg_.num_layers,
-               mcfg_.channels, mcfg_.num_heads, mcfg_.vocab_size, mcfg_.max_seq_len);
+      const std::string have = describe_shape(*header), want = describe_shape(mcfg_);
+      RZ_CHECK(have == want,
+               "resume: %s holds a model of shape %s, but this run asks for %s (give the checkpoint's shape, or no "
+               "shape keys)", mpath.c_str(), have.c_str(), want.c_str());
     }
   }
   std::string notes;
@@ -570,7 +561,7 @@ bool Trainer::save(int step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(std::atof(f) * 1000)));
   if (all_ok()) {  // every rank takes part (zero3's gathers), whatever rank 0's disk says
     try {
-      std::string model_error = save_model_file(rank0() ? (fs::path(dir) / "model.bin").string() : std::string(),
+      std::string model_error = save_model_file(rank0() ? dir : std::string(),
                                                 *strategy_, mcfg_, precision_);
       if (error.empty()) error = model_error;
     } catch (const std::exception& e) {  // a failed collective

@@ -9,9 +9,9 @@
 namespace rz {
 
 const char* const kModelSourceHelp =
-    "an llm.c model .bin, a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete checkpoint) "
-    "or hf:DIR (a Hugging Face GPT-2 directory: config.json + model.safetensors, or sharded with "
-    "model.safetensors.index.json)";
+    "an llm.c model .bin (GPT-2), a checkpoint directory (step_NNNNNNNN/, or a save_dir: its newest complete "
+    "checkpoint; either family) or hf:DIR (a Hugging Face GPT-2 or Llama directory: config.json + "
+    "model.safetensors, or sharded with model.safetensors.index.json)";
 
 ModelSource parse_model_source(const std::string& spec) {
   ModelSource s;
@@ -20,7 +20,7 @@ ModelSource parse_model_source(const std::string& spec) {
   if (spec.rfind("hf:", 0) == 0) {
     s.kind = ModelSourceKind::hf;
     s.path = spec.substr(3);
-    RZ_CHECK(!s.path.empty(), "expected hf:DIR (a Hugging Face GPT-2 directory), found '%s'", spec.c_str());
+    RZ_CHECK(!s.path.empty(), "expected hf:DIR (a Hugging Face model directory), found '%s'", spec.c_str());
     return s;
   }
   s.path = spec;

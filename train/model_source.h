@@ -3,10 +3,11 @@
 //
 //   M.bin       an llm.c model file (version 3 fp32 or 5 bf16; model/llmc_file.h)
 //   DIR         a checkpoint directory: a step_NNNNNNNN/ that `train --save-dir` wrote (its
-//               model.bin, checked against its COMPLETE manifest), or a save_dir itself (its
-//               newest complete checkpoint)
-//   hf:DIR      a Hugging Face GPT-2 directory: config.json + model.safetensors, or the
-//               sharded form with model.safetensors.index.json (model/hf_gpt2.h)
+//               model files, model/saved_model.h: model.bin for GPT-2, config.json +
+//               model.safetensors for Llama, checked against its COMPLETE manifest), or a
+//               save_dir itself (its newest complete checkpoint)
+//   hf:DIR      a Hugging Face GPT-2 or Llama directory: config.json + model.safetensors, or
+//               the sharded form with model.safetensors.index.json (model/hf_model.h)
 // parse_model_source only tells the three apart (the prefix, or whether the path is a
 // directory); the readers below check the files and name what is wrong.
 #pragma once

@@ -5,13 +5,14 @@
 // strategy; each strategy owns its arrays and streams them in chunks (the "checkpoint
 // state" part of zero/ddp.cpp, sharded.cpp, zero3.cpp and strategy.cpp); this file joins
 // the two for the trainer: which ranges and step go in a rank's header, which chunks go
-// to which setter on resume, and model.bin from the strategy's parameter chunks.
+// to which setter on resume, and the model's files (model/saved_model.h) from the strategy's
+// parameter chunks.
 #include "train/strategy_checkpoint.h"
 
 #include <exception>
 #include <memory>
 
-#include "model/llmc_file.h"
+#include "model/saved_model.h"
 
 namespace rz {
 
@@ -24,12 +25,13 @@ void save_strategy_state(const std::string& path, const Strategy& st, RankState 
   });
 }
 
-std::string save_model_file(const std::string& path, Strategy& st, const GPT2Config& cfg, Precision precision) {
+std::string save_model_file(const std::string& dir, Strategy& st, const GPT2Config& cfg, Precision precision) {
   std::string error;
-  std::unique_ptr<ModelFileWriter> out;
+  std::unique_ptr<SavedModelWriter> out;
+  const std::string& path = dir;
   if (!path.empty()) {
     try {
-      out = std::make_unique<ModelFileWriter>(path, cfg, precision);
+      out = make_saved_model_writer(dir, cfg, precision);
     } catch (const std::exception& e) {
       error = e.what();
     }

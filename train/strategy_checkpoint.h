@@ -21,10 +21,11 @@ namespace rz {
 void save_strategy_state(const std::string& path, const Strategy& st, RankState header);
 
 // Collective: every rank calls it (zero3 gathers the parameters unit by unit). The rank
-// whose `path` is not empty writes model.bin there (llm.c's format, `precision`) from the
-// chunks as they come. A write error is returned ("" when fine), not thrown, so that every
+// whose `dir` is not empty writes the model's files into that directory (its family's,
+// model/saved_model.h: model.bin for GPT-2, config.json + model.safetensors for Llama; in
+// `precision`) from the chunks as they come. A write error is returned ("" when fine), not thrown, so that every
 // rank finishes the same gathers; a failed collective throws.
-std::string save_model_file(const std::string& path, Strategy& st, const GPT2Config& cfg, Precision precision);
+std::string save_model_file(const std::string& dir, Strategy& st, const GPT2Config& cfg, Precision precision);
 
 // Reads this rank's part of a verified checkpoint into the strategy: master values where it
 // holds parameters (param_ranges), m and v where it owns them (owned_ranges), range by range

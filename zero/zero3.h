@@ -18,11 +18,12 @@
 //   release   the unit buffer goes back to the pool ("freed": no allocation per use).
 //
 // Working set (the "gathered layers in flight"): kUnitsInFlight buffers sized like the
-// largest layer (lnf shares them) plus one buffer for the embeddings. The embeddings are
-// the one unit held across a stretch of work: wte is tied, so the forward keeps the
-// embedding unit from the token embedding at the start to the classifier at the end; the
-// backward gathers it again for the classifier only (the embedding backward needs no
-// parameter values, only dwte). So every step gathers every parameter twice (forward and
+// largest layer (lnf shares them; an untied classifier's lmhead sits in lnf's unit, so with
+// one the buffers are that unit's size) plus one buffer for the embeddings. The embeddings
+// are the one unit held across a stretch of work: a tied wte is the classifier too, so the
+// forward keeps the embedding unit from the token embedding at the start to the classifier
+// at the end (untied: only around the token embedding); the backward gathers it again for
+// a tied classifier only (the embedding backward needs no parameter values, only dwte). So every step gathers every parameter twice (forward and
 // backward) and reduce-scatters every gradient once: 3 x (N-1)/N x P elements sent against
 // ddp's 2 x (N-1)/N x P, the ZeRO paper's 1.5x. Nothing is gathered after the step.
 #pragma once

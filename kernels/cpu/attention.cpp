@@ -11,23 +11,34 @@
 // large T) as plain GEMMs (fp32: gemm_f32.h where the CPU has AVX2 + FMA, else Eigen).
 // Softmax rows use Eigen's vectorised exp.
 //
+// Grouped-query attention (NKV < NH): query head h reads kv head h / G, G = NH / NKV, in
+// place (row stride C + 2*NKV*hs); nothing is copied per query head. The forward splits
+// (b, h) pairs over threads and keeps a kv head's packed K^T and V while consecutive
+// pairs of a thread share it. The backward splits (b, kv head) groups instead: the G
+// query heads of a group run one after the other in h order and add into the group's dk
+// and dv, so those sums have one fixed order and no two threads write them. With NKV = NH
+// (G = 1) both are exactly the per-(b, h) computation of multi-head attention.
+//
 // In fp32 on the packed kernel the products read q, k, v and dout where they lie (row
-// stride 3C or C: gemm_f32 takes any strides) and write out, and accumulate dq, dk, dv,
+// stride of qkv or C: gemm_f32 takes any strides) and write out, and accumulate dq, dk, dv,
 // straight into dqkv: no per-head gather, scatter or zeroing. The values do not change:
 // every element of a gemm_f32 product is the same FMA chain whatever the strides, and an
 // accumulation into the zeroed dqkv the model hands in equals the product plus zero.
-// Elsewhere (bf16, fp64, no AVX2) the head is gathered into contiguous scratch first.
+// Elsewhere (bf16, fp64, no AVX2) the head is gathered into contiguous scratch first, and
+// a group's dk and dv are summed over its G heads in the compute type and added to dqkv
+// (rounded) once.
 //
-// Threads split (b, h) pairs: each pair writes only its own columns of out / dqkv and its
-// own (T, T) slab of att, so there are no races and the order of additions inside a pair
-// does not depend on the thread count. Eigen runs single-threaded inside the parallel
-// region. bf16 is widened into the fp32 scratch on gather and rounded once on scatter.
+// Threads own disjoint columns of out / dqkv and their own (T, T) slabs of att, so there
+// are no races and the order of additions does not depend on the thread count. Eigen runs
+// single-threaded inside the parallel region. bf16 is widened into the fp32 scratch on
+// gather and rounded once on scatter.
 #include "kernels/cpu/attention.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.h"
 #include "base/memory.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_f32.h"
@@ -135,6 +146,16 @@ void scatter_add(E* dst, const A* src, size_t ld, int T, int hs) {
   }
 }
 
+// Where a (b, kv group)'s operands lie in qkv (B, T, ld): row stride ld = C + 2*NKV*hs,
+// q of query head h at column h*hs, k of kv head g at C + g*hs, v at C + (NKV + g)*hs.
+struct QkvLayout {
+  int hs, G;
+  size_t ld, k_col, v_col;
+  QkvLayout(int C, int NH, int NKV)
+      : hs(C / NH), G(NH / NKV), ld(size_t(C) + 2 * size_t(NKV) * (C / NH)), k_col(size_t(C)),
+        v_col(size_t(C) + size_t(NKV) * (C / NH)) {}
+};
+
 // One implementation for both paths. The materialised path keeps a (T, T) probability
 // matrix per thread and copies it into att (saved for backward); the flash path keeps
 // only a (kRowBlock, T) block, saves each row's log-sum-exp and, in backward, recomputes
@@ -142,11 +163,12 @@ void scatter_add(E* dst, const A* src, size_t ld, int T, int hs) {
 // block holds every probability of its rows. Both run the same products on the same
 // layouts (row stride T), so the forward outputs are bitwise equal.
 template <typename E, bool kFlash>
-void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C, int NH) {
+void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV) {
   using A = acc_t<E>;
-  const int hs = C / NH;
+  const QkvLayout L(C, NH, NKV);
+  const int hs = L.hs;
   const A scale = A(1) / std::sqrt(A(hs));
-  const size_t ld = size_t(3) * C;
+  const size_t ld = L.ld;
   const size_t prows = kFlash ? size_t(kRowBlock) : size_t(T);
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
@@ -156,24 +178,36 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
     A* P = base + 4 * th;
     const size_t kt_floats = size_t(gemm_f32_packed_floats(hs, T));
     float* packs = pack_space<A>(kt_floats + size_t(gemm_f32_packed_floats(T, hs)));
+    PackedB kt{nullptr, 0, 0}, vp{nullptr, 0, 0};
+    int64_t kv_ready = -1;  // the (b, kv head) whose K, V (gathered or packed) this thread holds
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      // q, k, v rows (row stride qs) and where O's rows go (row stride os).
+      const int b = bh / NH, h = bh % NH, g = h / L.G;
+      const E* row0 = qkv + size_t(b) * T * ld;
+      const E* src_q = row0 + size_t(h) * hs;
+      const E* src_k = row0 + L.k_col + size_t(g) * hs;
+      const E* src_v = row0 + L.v_col + size_t(g) * hs;
+      const int64_t kv_key = int64_t(b) * NKV + g;
+      // q, k, v rows (row strides qs, kvs) and where O's rows go (row stride os).
       const A *q = Q.data(), *k = K.data(), *v = V.data();
       A* o = O.data();
-      size_t qs = size_t(hs), os = size_t(hs);
+      size_t qs = size_t(hs), kvs = size_t(hs), os = size_t(hs);
       if (direct_f32<E>()) {
-        q = reinterpret_cast<const A*>(src), k = q + C, v = q + 2 * C, qs = ld;
+        q = reinterpret_cast<const A*>(src_q), k = reinterpret_cast<const A*>(src_k);
+        v = reinterpret_cast<const A*>(src_v), qs = kvs = ld;
         o = reinterpret_cast<A*>(out + size_t(b) * T * C + size_t(h) * hs), os = size_t(C);
       } else {
-        gather(Q.data(), src, ld, T, hs);
-        gather(K.data(), src + C, ld, T, hs);
-        gather(V.data(), src + 2 * C, ld, T, hs);
+        gather(Q.data(), src_q, ld, T, hs);
+        if (kv_key != kv_ready) {
+          gather(K.data(), src_k, ld, T, hs);
+          gather(V.data(), src_v, ld, T, hs);
+        }
       }
-      const PackedB kt = pack_b(packs, k, 1, qs, hs, T);                    // K^T (hs, T)
-      const PackedB vp = pack_b(packs ? packs + kt_floats : nullptr, v, qs, 1, T, hs);  // V (T, hs)
+      if (kv_key != kv_ready) {
+        kt = pack_b(packs, k, 1, kvs, hs, T);                                  // K^T (hs, T)
+        vp = pack_b(packs ? packs + kt_floats : nullptr, v, kvs, 1, T, hs);    // V (T, hs)
+        kv_ready = kv_key;
+      }
       for (int r0 = 0; r0 < T; r0 += kRowBlock) {
         const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
         MatMap<A> Pb(kFlash ? P : P + size_t(r0) * T, nr, T);  // rows r0 .. r1-1
@@ -213,11 +247,12 @@ void forward_impl(E* out, E* att, float* lse, const E* qkv, int B, int T, int C,
 
 template <typename E, bool kFlash>
 void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const float* lse, int B, int T, int C,
-                   int NH) {
+                   int NH, int NKV) {
   using A = acc_t<E>;
-  const int hs = C / NH;
+  const QkvLayout L(C, NH, NKV);
+  const int hs = L.hs;
   const A scale = A(1) / std::sqrt(A(hs));
-  const size_t ld = size_t(3) * C;
+  const size_t ld = L.ld;
   const size_t prows = kFlash ? size_t(kRowBlock) : size_t(T);
 #pragma omp parallel if (size_t(B) * NH * T * T * hs > kParallelMin)
   {
@@ -230,75 +265,92 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
     const size_t kt_floats = size_t(gemm_f32_packed_floats(hs, T)), kp_floats = size_t(gemm_f32_packed_floats(T, hs));
     float* packs = pack_space<A>(2 * kt_floats + kp_floats);
 #pragma omp for schedule(static)
-    for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH;
-      const E* src = qkv + size_t(b) * T * ld + size_t(h) * hs;
-      E* dst = dqkv + size_t(b) * T * ld + size_t(h) * hs;
-      // q, k, v rows (row stride qs), dO's (dos), and where dq, dk, dv accumulate (ds).
-      const A *q = Q.data(), *k = K.data(), *v = V.data(), *dout_rows = dO.data();
-      A *dq = dQ.data(), *dk = dK.data(), *dv = dV.data();
-      size_t qs = size_t(hs), dos = size_t(hs), ds = size_t(hs);
+    for (int bg = 0; bg < B * NKV; ++bg) {
+      const int b = bg / NKV, g = bg % NKV;
+      const E* row0 = qkv + size_t(b) * T * ld;
+      E* drow0 = dqkv + size_t(b) * T * ld;
+      const E* src_k = row0 + L.k_col + size_t(g) * hs;
+      const E* src_v = row0 + L.v_col + size_t(g) * hs;
+      // k, v rows (row stride kvs) and where dk, dv accumulate (dkvs).
+      const A *k = K.data(), *v = V.data();
+      A *dk = dK.data(), *dv = dV.data();
+      size_t kvs = size_t(hs), dkvs = size_t(hs);
       const bool direct = direct_f32<E>();
       if (direct) {
-        q = reinterpret_cast<const A*>(src), k = q + C, v = q + 2 * C, qs = ld;
-        dout_rows = reinterpret_cast<const A*>(dout + size_t(b) * T * C + size_t(h) * hs), dos = size_t(C);
-        dq = reinterpret_cast<A*>(dst), dk = dq + C, dv = dq + 2 * C, ds = ld;
+        k = reinterpret_cast<const A*>(src_k), v = reinterpret_cast<const A*>(src_v), kvs = ld;
+        dk = reinterpret_cast<A*>(drow0 + L.k_col + size_t(g) * hs);
+        dv = reinterpret_cast<A*>(drow0 + L.v_col + size_t(g) * hs), dkvs = ld;
       } else {
-        gather(Q.data(), src, ld, T, hs);
-        gather(K.data(), src + C, ld, T, hs);
-        gather(V.data(), src + 2 * C, ld, T, hs);
-        gather(dO.data(), dout + size_t(b) * T * C + size_t(h) * hs, size_t(C), T, hs);
+        gather(K.data(), src_k, ld, T, hs);
+        gather(V.data(), src_v, ld, T, hs);
         dV.setZero();
         dK.setZero();
       }
-      // K^T (hs, T) for the flash recompute, V^T (hs, T) for dP, K (T, hs) for dQ.
-      const PackedB kt = kFlash ? pack_b(packs, k, 1, qs, hs, T) : PackedB{nullptr, 0, 0};
-      const PackedB vt = pack_b(packs ? packs + kt_floats : nullptr, v, 1, qs, hs, T);
-      const PackedB kp = pack_b(packs ? packs + 2 * kt_floats : nullptr, k, qs, 1, T, hs);
-      if constexpr (!kFlash) {
-        const E* a = att + size_t(bh) * T * T;
-        for (int t = 0; t < T; ++t) {
-          const E* at = a + size_t(t) * T;
-          A* p = P + size_t(t) * T;
-          // Row t's columns past t are zero in att; P keeps them zero up to the block edge.
-          const int end = std::min(T, (t / kRowBlock + 1) * kRowBlock);
-          for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
+      // K^T (hs, T) for the flash recompute, V^T (hs, T) for dP, K (T, hs) for dQ: once per group.
+      const PackedB kt = kFlash ? pack_b(packs, k, 1, kvs, hs, T) : PackedB{nullptr, 0, 0};
+      const PackedB vt = pack_b(packs ? packs + kt_floats : nullptr, v, 1, kvs, hs, T);
+      const PackedB kp = pack_b(packs ? packs + 2 * kt_floats : nullptr, k, kvs, 1, T, hs);
+      for (int h = g * L.G; h < (g + 1) * L.G; ++h) {
+        const int bh = b * NH + h;
+        const E* src_q = row0 + size_t(h) * hs;
+        const E* src_dout = dout + size_t(b) * T * C + size_t(h) * hs;
+        // q rows (row stride qs), dO's (dos), and where dq accumulates (dqs).
+        const A *q = Q.data(), *dout_rows = dO.data();
+        A* dq = dQ.data();
+        size_t qs = size_t(hs), dos = size_t(hs), dqs = size_t(hs);
+        if (direct) {
+          q = reinterpret_cast<const A*>(src_q), qs = ld;
+          dout_rows = reinterpret_cast<const A*>(src_dout), dos = size_t(C);
+          dq = reinterpret_cast<A*>(drow0 + size_t(h) * hs), dqs = ld;
+        } else {
+          gather(Q.data(), src_q, ld, T, hs);
+          gather(dO.data(), src_dout, size_t(C), T, hs);
         }
-      }
-      for (int r0 = 0; r0 < T; r0 += kRowBlock) {
-        const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
-        const size_t off = kFlash ? 0 : size_t(r0) * T;
-        MatMap<A> Pm(P + off, nr, T), dPm(dP + off, nr, T);
-        auto Pb = Pm.leftCols(r1);
-        auto dPb = dPm.leftCols(r1);
-        if constexpr (kFlash) {  // the block's probabilities again, from the saved lse
-          if (!packed_gemm(Pm.data(), T, q + size_t(r0) * qs, qs, 1, kt, nr, hs, r1, false))
-            Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
-          for (int t = r0; t < r1; ++t) {
-            auto row = Pm.row(t - r0).head(t + 1).array();
-            row = (row * scale - A(lse[size_t(bh) * T + t])).exp();
-            Pm.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+        if constexpr (!kFlash) {
+          const E* a = att + size_t(bh) * T * T;
+          for (int t = 0; t < T; ++t) {
+            const E* at = a + size_t(t) * T;
+            A* p = P + size_t(t) * T;
+            // Row t's columns past t are zero in att; P keeps them zero up to the block edge.
+            const int end = std::min(T, (t / kRowBlock + 1) * kRowBlock);
+            for (int t2 = 0; t2 < end; ++t2) p[t2] = load(at[t2]);
           }
         }
-        if (!packed_gemm(dPm.data(), T, dout_rows + size_t(r0) * dos, dos, 1, vt, nr, hs, r1, false))
-          dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
-        if (!head_gemm(dv, ds, Pm.data(), 1, T, dout_rows + size_t(r0) * dos, dos, 1, r1, nr, hs, true))
-          dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
-        // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
-        for (int i = 0; i < nr; ++i) {
-          const A dot = Pm.row(i).head(r1).dot(dPm.row(i).head(r1));
-          dPm.row(i).head(r1).array() = Pm.row(i).head(r1).array() * (dPm.row(i).head(r1).array() - dot) * scale;
+        for (int r0 = 0; r0 < T; r0 += kRowBlock) {
+          const int r1 = std::min(T, r0 + kRowBlock), nr = r1 - r0;
+          const size_t off = kFlash ? 0 : size_t(r0) * T;
+          MatMap<A> Pm(P + off, nr, T), dPm(dP + off, nr, T);
+          auto Pb = Pm.leftCols(r1);
+          auto dPb = dPm.leftCols(r1);
+          if constexpr (kFlash) {  // the block's probabilities again, from the saved lse
+            if (!packed_gemm(Pm.data(), T, q + size_t(r0) * qs, qs, 1, kt, nr, hs, r1, false))
+              Pb.noalias() = Q.middleRows(r0, nr) * K.topRows(r1).transpose();
+            for (int t = r0; t < r1; ++t) {
+              auto row = Pm.row(t - r0).head(t + 1).array();
+              row = (row * scale - A(lse[size_t(bh) * T + t])).exp();
+              Pm.row(t - r0).segment(t + 1, r1 - 1 - t).setZero();
+            }
+          }
+          if (!packed_gemm(dPm.data(), T, dout_rows + size_t(r0) * dos, dos, 1, vt, nr, hs, r1, false))
+            dPb.noalias() = dO.middleRows(r0, nr) * V.topRows(r1).transpose();
+          if (!head_gemm(dv, dkvs, Pm.data(), 1, T, dout_rows + size_t(r0) * dos, dos, 1, r1, nr, hs, true))
+            dV.topRows(r1).noalias() += Pb.transpose() * dO.middleRows(r0, nr);
+          // dS overwrites dP; entries past the diagonal have P = 0 and so become 0.
+          for (int i = 0; i < nr; ++i) {
+            const A dot = Pm.row(i).head(r1).dot(dPm.row(i).head(r1));
+            dPm.row(i).head(r1).array() = Pm.row(i).head(r1).array() * (dPm.row(i).head(r1).array() - dot) * scale;
+          }
+          // dq: one product per row block; accumulated straight into the (zeroed) dqkv when direct.
+          if (!packed_gemm(dq + size_t(r0) * dqs, dqs, dPm.data(), T, 1, kp, nr, r1, hs, direct))
+            dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
+          if (!head_gemm(dk, dkvs, dPm.data(), 1, T, q + size_t(r0) * qs, qs, 1, r1, nr, hs, true))
+            dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
         }
-        // dq: one product per row block; accumulated straight into the (zeroed) dqkv when direct.
-        if (!packed_gemm(dq + size_t(r0) * ds, ds, dPm.data(), T, 1, kp, nr, r1, hs, direct))
-          dQ.middleRows(r0, nr).noalias() = dPb * K.topRows(r1);
-        if (!head_gemm(dk, ds, dPm.data(), 1, T, q + size_t(r0) * qs, qs, 1, r1, nr, hs, true))
-          dK.topRows(r1).noalias() += dPb.transpose() * Q.middleRows(r0, nr);
+        if (!direct) scatter_add(drow0 + size_t(h) * hs, dQ.data(), ld, T, hs);
       }
       if (!direct) {
-        scatter_add(dst, dQ.data(), ld, T, hs);
-        scatter_add(dst + C, dK.data(), ld, T, hs);
-        scatter_add(dst + 2 * C, dV.data(), ld, T, hs);
+        scatter_add(drow0 + L.k_col + size_t(g) * hs, dK.data(), ld, T, hs);
+        scatter_add(drow0 + L.v_col + size_t(g) * hs, dV.data(), ld, T, hs);
       }
     }
   }
@@ -306,37 +358,49 @@ void backward_impl(E* dqkv, const E* dout, const E* qkv, const E* att, const flo
 
 }  // namespace
 
-template <typename E>
-void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) {
-  forward_impl<E, false>(out, att, nullptr, qkv, B, T, C, NH);
+void check_attention_shape(const char* op, int B, int T, int C, int NH, int NKV) {
+  RZ_CHECK(B >= 0 && T >= 0 && NH >= 1 && C >= NH && C % NH == 0,
+           "%s: C=%d channels must be a positive multiple of NH=%d heads (B=%d, T=%d)", op, C, NH, B, T);
+  RZ_CHECK(NKV >= 1 && NKV <= NH && NH % NKV == 0, "%s: the %d key/value heads must divide the %d query heads", op, NKV,
+           NH);
 }
 
 template <typename E>
-void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH) {
-  backward_impl<E, false>(dqkv, dout, qkv, att, nullptr, B, T, C, NH);
+void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV) {
+  check_attention_shape("attention_forward", B, T, C, NH, NKV);
+  forward_impl<E, false>(out, att, nullptr, qkv, B, T, C, NH, NKV);
 }
 
 template <typename E>
-void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) {
-  forward_impl<E, true>(out, nullptr, lse, qkv, B, T, C, NH);
+void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH, int NKV) {
+  check_attention_shape("attention_backward", B, T, C, NH, NKV);
+  backward_impl<E, false>(dqkv, dout, qkv, att, nullptr, B, T, C, NH, NKV);
 }
 
 template <typename E>
-void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
-                              int NH) {
-  backward_impl<E, true>(dqkv, dout, qkv, nullptr, lse, B, T, C, NH);
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV) {
+  check_attention_shape("attention_forward_flash", B, T, C, NH, NKV);
+  forward_impl<E, true>(out, nullptr, lse, qkv, B, T, C, NH, NKV);
+}
+
+template <typename E>
+void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                              int NKV) {
+  check_attention_shape("attention_backward_flash", B, T, C, NH, NKV);
+  backward_impl<E, true>(dqkv, dout, qkv, nullptr, lse, B, T, C, NH, NKV);
 }
 
 #define RZ_INSTANTIATE(E)                                                                   \
-  template void attention_forward<E>(E*, E*, const E*, int, int, int, int);               \
-  template void attention_backward<E>(E*, const E*, const E*, const E*, int, int, int, int);
+  template void attention_forward<E>(E*, E*, const E*, int, int, int, int, int);               \
+  template void attention_backward<E>(E*, const E*, const E*, const E*, int, int, int, int, int);
 RZ_INSTANTIATE(float)
 RZ_INSTANTIATE(bf16)
 RZ_INSTANTIATE(double)
 #define RZ_INSTANTIATE_FLASH(E)                                                                  \
-  template void attention_forward_flash<E>(E*, float*, const E*, int, int, int, int);          \
-  template void attention_backward_flash<E>(E*, const E*, const E*, const float*, int, int, int, int);
+  template void attention_forward_flash<E>(E*, float*, const E*, int, int, int, int, int);          \
+  template void attention_backward_flash<E>(E*, const E*, const E*, const float*, int, int, int, int, int);
 RZ_INSTANTIATE_FLASH(float)
 RZ_INSTANTIATE_FLASH(bf16)
+RZ_INSTANTIATE_FLASH(double)  // the finite-difference tests (lse stays fp32)
 
 }  // namespace rz

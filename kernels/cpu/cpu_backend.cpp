@@ -20,6 +20,9 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace rz {
 
@@ -49,23 +52,40 @@ class CpuOps final : public Ops<E> {
                        int C, int OC) override {
     rz::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) override {
-    rz::attention_forward(out, att, qkv, B, T, C, NH);
+  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV) override {
+    rz::attention_forward(out, att, qkv, B, T, C, NH, NKV);
   }
-  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C,
-                          int NH) override {
-    rz::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH,
+                          int NKV) override {
+    rz::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, NKV);
   }
-  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) override {
-    rz::attention_forward_flash(out, lse, qkv, B, T, C, NH);
+  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV) override {
+    rz::attention_forward_flash(out, lse, qkv, B, T, C, NH, NKV);
   }
-  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
-                                int NH) override {
-    rz::attention_backward_flash(dqkv, dout, qkv, lse, B, T, C, NH);
+  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                                int NKV) override {
+    rz::attention_backward_flash(dqkv, dout, qkv, lse, B, T, C, NH, NKV);
   }
   void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
                             int NH, int NKV, int hs) override {
     rz::attention_forward_kv(out, q, k_cache, v_cache, B, Tq, pos, Tc, NH, NKV, hs);
+  }
+  void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int C, float eps) override {
+    rz::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(E* dinp, E* dweight, const E* dout, const E* inp, const E* weight, const float* rstd, int N,
+                        int C) override {
+    rz::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_forward(E* qkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    rz::rope_forward(qkv, B, T, NH, NKV, hs, pos0, theta);
+  }
+  void rope_backward(E* dqkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    rz::rope_backward(dqkv, B, T, NH, NKV, hs, pos0, theta);
+  }
+  void swiglu_forward(E* out, const E* gate_up, int N, int H) override { rz::swiglu_forward(out, gate_up, N, H); }
+  void swiglu_backward(E* dgate_up, const E* dout, const E* gate_up, int N, int H) override {
+    rz::swiglu_backward(dgate_up, dout, gate_up, N, H);
   }
   void gelu_forward(E* out, const E* inp, size_t n) override { rz::gelu_forward(out, inp, n); }
   void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {

@@ -13,26 +13,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/eigen_rows.h"
+
 namespace rz {
 
 namespace {
 template <typename A>
-using Arr = Eigen::Array<A, Eigen::Dynamic, 1>;
-
-template <typename E, typename A>
-void load_row(Arr<A>& dst, const E* src, int n) {
-  if constexpr (std::is_same_v<E, A>)
-    dst = Eigen::Map<const Arr<A>>(src, n);
-  else
-    for (int c = 0; c < n; ++c) dst[c] = load(src[c]);
-}
-template <typename E, typename A, typename X>
-void store_row(E* dst, const X& src, int n) {
-  if constexpr (std::is_same_v<E, A>)
-    Eigen::Map<Arr<A>>(dst, n) = src;
-  else
-    for (int c = 0; c < n; ++c) dst[c] = store<E>(src[c]);
-}
+using Arr = RowArr<A>;
 }  // namespace
 
 template <typename E>

@@ -1,16 +1,27 @@
-// kernels/cuda/attention.cu: causal multi-head self-attention, the materialised reference
-// path (twin of kernels/cpu/attention.cpp): for each batch row b, the NH heads' score
-// matrices come from one strided-batched cuBLASLt product into fp32 scratch (NH, T, T), a
-// causal softmax kernel turns them into att (B, NH, T, T, saved for backward, zero above
-// the diagonal as on the CPU), and a second batched product forms out = att @ v. The
-// backward is four batched products around a softmax-backward kernel.
+// kernels/cuda/attention.cu: causal grouped-query self-attention, the materialised
+// reference path (twin of kernels/cpu/attention.cpp): for each batch row b, the NH heads'
+// score matrices come from strided-batched cuBLASLt products into fp32 scratch (NH, T, T),
+// a causal softmax kernel turns them into att (B, NH, T, T, saved for backward, zero above
+// the diagonal as on the CPU), and batched products form out = att @ v. The backward is
+// four batched products around a softmax-backward kernel.
 //
-// Layout: qkv[b,t,:] holds q, k, v (C each); head h's slice of q is columns h*hs ..
-// (h+1)*hs, so a head's q is a row-major (T, hs) matrix with row stride 3C, and the
-// heads are a batch with stride hs. Seen column-major (cuBLAS), that same memory is
-// q^T (hs, T) with leading dimension 3C. Every call below states its row-major product
-// and the column-major one that computes it. The full T x T products (upper triangle
-// included) cost twice the causal work; the softmax zeroes what the mask removes.
+// Layout: qkv[b,t,:] holds q (C = NH*hs), then k (NKV*hs), then v (NKV*hs); row stride
+// ld = C + 2*NKV*hs. Query head h's q is columns h*hs .. (h+1)*hs, a row-major (T, hs)
+// matrix with row stride ld; seen column-major (cuBLAS) that same memory is q^T (hs, T)
+// with leading dimension ld. Every call below states its row-major product and the
+// column-major one that computes it. The full T x T products (upper triangle included)
+// cost twice the causal work; the softmax zeroes what the mask removes.
+//
+// Grouped-query heads as strided batches: query head h = g*G + j (G = NH / NKV, group g,
+// j-th in its group) reads kv head g. The kv head of consecutive query heads does not
+// advance by one fixed stride (it stays for G heads, then moves by hs), so one batch over
+// all NH heads cannot express it. Instead each product is G calls, call j batched over the
+// NKV groups: query-side operands (q, dout, out, dq, and head h's (T, T) slab of scores,
+// att, datt, dpre) start at head j and step by G heads (G*hs columns, G*T*T elements);
+// kv-side operands (k, v, dk, dv) start at kv head 0 and step by hs. Within one call every
+// batch entry writes its own kv head, so dk and dv never race; the G calls that add into
+// them run in j order on the stream, so their sums have one fixed order. With NKV = NH
+// (G = 1) this is the single call over all heads of multi-head attention, bit for bit.
 #include <cmath>
 #include <type_traits>
 
@@ -65,78 +76,99 @@ __global__ void causal_softmax_backward_kernel(E* dpre, const E* att, const floa
 }  // namespace
 
 template <typename E>
-void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, int T, int C, int NH, float* scores,
-                       cudaStream_t s) {
+void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV,
+                       float* scores, cudaStream_t s) {
   if (B == 0 || T == 0) return;
-  const int hs = C / NH;
-  const long long C3 = 3LL * C, TT = (long long)T * T;
+  const int hs = C / NH, G = NH / NKV;
+  const long long ld = C + 2LL * NKV * hs, TT = (long long)T * T;
+  const long long qstep = (long long)G * hs, slab_step = G * TT;  // query-side batch strides
   const float scale = 1.0f / sqrtf(float(hs));
   for (int b = 0; b < B; ++b) {
-    const E* q = qkv + size_t(b) * T * C3;
+    const E* q = qkv + size_t(b) * T * ld;
     const E* k = q + C;
-    const E* v = q + 2 * C;
+    const E* v = k + size_t(NKV) * hs;
     E* att_b = att + size_t(b) * NH * TT;
-    // Row-major scores (T, T) = scale * q (T, hs) @ k^T. Column-major: scores^T (T, T) =
-    // k (T, hs) * q^T (hs, T): A = k seen as (hs, T) ld 3C, transposed; B = q seen as
-    // (hs, T) ld 3C, as is; D (m=T, n=T) ld T. Batch: heads, stride hs (q, k), T*T (D).
-    gemm(lt, s, "attention_forward (scores)", true, false, T, T, hs, k, C3, hs, q, C3, hs, data_type<E>(), scores, T,
-         TT, CUDA_R_32F, NH, scale, 0.0f);
+    for (int j = 0; j < G; ++j) {
+      // Row-major scores (T, T) = scale * q (T, hs) @ k^T for heads h = g*G + j. Column-major:
+      // scores^T (T, T) = k (T, hs) * q^T (hs, T): A = k seen as (hs, T) ld ld, transposed,
+      // batch stride hs (kv head g); B = q + j*hs seen as (hs, T) ld ld, as is, stride G*hs;
+      // D = scores + j*T*T (m=T, n=T) ld T, stride G*T*T.
+      gemm(lt, s, "attention_forward (scores)", true, false, T, T, hs, k, ld, hs, q + size_t(j) * hs, ld, qstep,
+           data_type<E>(), scores + size_t(j) * TT, T, slab_step, CUDA_R_32F, NKV, scale, 0.0f);
+    }
     causal_softmax_kernel<E><<<dim3(unsigned(T), unsigned(NH)), kRowThreads, 0, s>>>(att_b, scores, T);
     CUDA_CHECK_LAUNCH("causal_softmax_kernel", s);
-    // Row-major out (T, hs; row stride C) = att (T, T) @ v (T, hs). Column-major: out^T
-    // (hs, T) = v^T (hs, T) * att^T (T, T): A = v seen as (hs, T) ld 3C, as is; B = att
-    // seen as (T, T) ld T (that is att^T), as is; D (m=hs, n=T) ld C, head stride hs.
-    gemm(lt, s, "attention_forward (att @ v)", false, false, hs, T, T, v, C3, hs, att_b, T, TT, data_type<E>(),
-         out + size_t(b) * T * C, C, hs, data_type<E>(), NH, 1.0f, 0.0f);
+    for (int j = 0; j < G; ++j) {
+      // Row-major out (T, hs; row stride C) = att (T, T) @ v (T, hs). Column-major: out^T
+      // (hs, T) = v^T (hs, T) * att^T (T, T): A = v seen as (hs, T) ld ld, as is, stride hs;
+      // B = att + j*T*T seen as (T, T) ld T (that is att^T), as is, stride G*T*T;
+      // D = out + j*hs (m=hs, n=T) ld C, stride G*hs.
+      gemm(lt, s, "attention_forward (att @ v)", false, false, hs, T, T, v, ld, hs, att_b + size_t(j) * TT, T,
+           slab_step, data_type<E>(), out + size_t(b) * T * C + size_t(j) * hs, C, qstep, data_type<E>(), NKV, 1.0f,
+           0.0f);
+    }
   }
 }
 
 template <typename E>
 void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C,
-                        int NH, float* datt, E* dpre, cudaStream_t s) {
+                        int NH, int NKV, float* datt, E* dpre, cudaStream_t s) {
   if (B == 0 || T == 0) return;
-  const int hs = C / NH;
-  const long long C3 = 3LL * C, TT = (long long)T * T;
+  const int hs = C / NH, G = NH / NKV;
+  const long long ld = C + 2LL * NKV * hs, TT = (long long)T * T;
+  const long long qstep = (long long)G * hs, slab_step = G * TT;
   const float scale = 1.0f / sqrtf(float(hs));
   for (int b = 0; b < B; ++b) {
-    const E* q = qkv + size_t(b) * T * C3;
+    const E* q = qkv + size_t(b) * T * ld;
     const E* k = q + C;
-    const E* v = q + 2 * C;
+    const E* v = k + size_t(NKV) * hs;
     const E* g = dout + size_t(b) * T * C;
     const E* att_b = att + size_t(b) * NH * TT;
-    E* dq = dqkv + size_t(b) * T * C3;
+    E* dq = dqkv + size_t(b) * T * ld;
     E* dk = dq + C;
-    E* dv = dq + 2 * C;
-    // Row-major datt (T, T) = dout (T, hs) @ v^T. Column-major: datt^T = v (T, hs) *
-    // dout^T (hs, T): A = v seen as (hs, T) ld 3C, transposed; B = dout seen as (hs, T)
-    // ld C, as is; D (m=T, n=T) ld T, fp32.
-    gemm(lt, s, "attention_backward (datt)", true, false, T, T, hs, v, C3, hs, g, C, hs, data_type<E>(), datt, T, TT,
-         CUDA_R_32F, NH, 1.0f, 0.0f);
-    // Row-major dv (T, hs) += att^T (T, T) @ dout (T, hs). Column-major: dv^T (hs, T) +=
-    // dout^T (hs, T) * att (T, T): A = dout seen as (hs, T) ld C, as is; B = att seen as
-    // (T, T) ld T (att^T), transposed back to att; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, "attention_backward (dv)", false, true, hs, T, T, g, C, hs, att_b, T, TT, data_type<E>(), dv, C3, hs,
-         data_type<E>(), NH, 1.0f, 1.0f);
+    E* dv = dk + size_t(NKV) * hs;
+    for (int j = 0; j < G; ++j) {
+      const size_t jc = size_t(j) * hs, js = size_t(j) * TT;  // head j's column and slab offsets
+      // Row-major datt (T, T) = dout (T, hs) @ v^T. Column-major: datt^T = v (T, hs) *
+      // dout^T (hs, T): A = v seen as (hs, T) ld ld, transposed, stride hs; B = dout + j*hs
+      // seen as (hs, T) ld C, as is, stride G*hs; D = datt + j*T*T (m=T, n=T) ld T, stride
+      // G*T*T, fp32.
+      gemm(lt, s, "attention_backward (datt)", true, false, T, T, hs, v, ld, hs, g + jc, C, qstep, data_type<E>(),
+           datt + js, T, slab_step, CUDA_R_32F, NKV, 1.0f, 0.0f);
+      // Row-major dv (T, hs) += att^T (T, T) @ dout (T, hs), summed over the group's heads
+      // (call j adds head g*G + j). Column-major: dv^T (hs, T) += dout^T (hs, T) * att (T, T):
+      // A = dout + j*hs seen as (hs, T) ld C, as is, stride G*hs; B = att + j*T*T seen as
+      // (T, T) ld T (att^T), transposed back to att, stride G*T*T; D = dv (m=hs, n=T) ld ld,
+      // stride hs.
+      gemm(lt, s, "attention_backward (dv)", false, true, hs, T, T, g + jc, C, qstep, att_b + js, T, slab_step,
+           data_type<E>(), dv, ld, hs, data_type<E>(), NKV, 1.0f, 1.0f);
+    }
     causal_softmax_backward_kernel<E><<<dim3(unsigned(T), unsigned(NH)), kRowThreads, 0, s>>>(dpre, att_b, datt, T,
                                                                                                scale);
     CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel", s);
-    // Row-major dq (T, hs) += dpre (T, T) @ k (T, hs). Column-major: dq^T (hs, T) +=
-    // k^T (hs, T) * dpre^T (T, T): A = k seen as (hs, T) ld 3C, as is; B = dpre seen as
-    // (T, T) ld T (dpre^T), as is; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, "attention_backward (dq)", false, false, hs, T, T, k, C3, hs, dpre, T, TT, data_type<E>(), dq, C3, hs,
-         data_type<E>(), NH, 1.0f, 1.0f);
-    // Row-major dk (T, hs) += dpre^T (T, T) @ q (T, hs). Column-major: dk^T (hs, T) +=
-    // q^T (hs, T) * dpre (T, T): A = q seen as (hs, T) ld 3C, as is; B = dpre seen as
-    // (T, T) ld T, transposed; D (m=hs, n=T) ld 3C.
-    gemm(lt, s, "attention_backward (dk)", false, true, hs, T, T, q, C3, hs, dpre, T, TT, data_type<E>(), dk, C3, hs,
-         data_type<E>(), NH, 1.0f, 1.0f);
+    for (int j = 0; j < G; ++j) {
+      const size_t jc = size_t(j) * hs, js = size_t(j) * TT;
+      // Row-major dq (T, hs) += dpre (T, T) @ k (T, hs). Column-major: dq^T (hs, T) +=
+      // k^T (hs, T) * dpre^T (T, T): A = k seen as (hs, T) ld ld, as is, stride hs; B = dpre
+      // + j*T*T seen as (T, T) ld T (dpre^T), as is, stride G*T*T; D = dq + j*hs (m=hs, n=T)
+      // ld ld, stride G*hs.
+      gemm(lt, s, "attention_backward (dq)", false, false, hs, T, T, k, ld, hs, dpre + js, T, slab_step,
+           data_type<E>(), dq + jc, ld, qstep, data_type<E>(), NKV, 1.0f, 1.0f);
+      // Row-major dk (T, hs) += dpre^T (T, T) @ q (T, hs), summed over the group's heads.
+      // Column-major: dk^T (hs, T) += q^T (hs, T) * dpre (T, T): A = q + j*hs seen as (hs, T)
+      // ld ld, as is, stride G*hs; B = dpre + j*T*T seen as (T, T) ld T, transposed, stride
+      // G*T*T; D = dk (m=hs, n=T) ld ld, stride hs.
+      gemm(lt, s, "attention_backward (dk)", false, true, hs, T, T, q + jc, ld, qstep, dpre + js, T, slab_step,
+           data_type<E>(), dk, ld, hs, data_type<E>(), NKV, 1.0f, 1.0f);
+    }
   }
 }
 
 #define RZ_INSTANTIATE(E)                                                                                        \
-  template void attention_forward<E>(const BlasLt&, E*, E*, const E*, int, int, int, int, float*, cudaStream_t); \
-  template void attention_backward<E>(const BlasLt&, E*, const E*, const E*, const E*, int, int, int, int, float*, \
-                                      E*, cudaStream_t);
+  template void attention_forward<E>(const BlasLt&, E*, E*, const E*, int, int, int, int, int, float*,         \
+                                     cudaStream_t);                                                            \
+  template void attention_backward<E>(const BlasLt&, E*, const E*, const E*, const E*, int, int, int, int, int, \
+                                      float*, E*, cudaStream_t);
 RZ_INSTANTIATE(float)
 RZ_INSTANTIATE(bf16_t)
 

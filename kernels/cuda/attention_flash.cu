@@ -13,6 +13,10 @@
 //            dq += sum_j p (dp - D_t) scale k_j.
 //   dk, dv   warp per key j, over queries t >= j: dv += p dout_t,
 //            dk += p (dp - D_t) scale q_t.
+// Grouped-query (NKV < NH, G = NH / NKV): the query-row warps (forward, dq) read kv head
+// h / G; a key-row warp belongs to a kv head g and runs the loop above for each of the G
+// query heads g*G .. g*G + G-1 in turn, adding into the same registers, so a kv head's
+// dk and dv sum its group in one fixed order. With G = 1 that is the multi-head loop.
 // Each output row is written by exactly one warp, in a fixed order: deterministic, no
 // atomics. dqkv accumulates, like the materialised backward.
 #include <cmath>
@@ -27,8 +31,8 @@ constexpr int kMaxPerLane = 8;  // head size up to 256
 constexpr int kWarpsPerBlock = 4;
 
 struct Dims {
-  int B, T, C, NH, hs;
-  size_t ld;  // 3C: qkv's row stride
+  int B, T, C, NH, NKV, G, hs;
+  size_t ld;  // C + 2*NKV*hs: qkv's row stride
   float scale;
 };
 
@@ -68,16 +72,21 @@ __device__ __forceinline__ void add_row(E* p, const float (&x)[kMaxPerLane], int
   }
 }
 
-// Row r of (B, NH, T) -> (b, h, t), and the head's slice of qkv row (b, u).
-__device__ __forceinline__ void split_row(const Dims& dm, size_t r, int* b, int* h, int* t) {
+// Row r of (B, heads, T) -> (b, h, t): heads = NH (query rows) or NKV (key rows).
+__device__ __forceinline__ void split_row(const Dims& dm, int heads, size_t r, int* b, int* h, int* t) {
   *t = int(r % dm.T);
   const size_t bh = r / dm.T;
-  *h = int(bh % dm.NH);
-  *b = int(bh / dm.NH);
+  *h = int(bh % heads);
+  *b = int(bh / heads);
+}
+// Query head h's slice of qkv row (b, u); kv head g's k (part 1) or v (part 2) slice.
+template <typename E>
+__device__ __forceinline__ const E* q_row(const E* qkv, const Dims& dm, int b, int u, int h) {
+  return qkv + (size_t(b) * dm.T + u) * dm.ld + size_t(h) * dm.hs;
 }
 template <typename E>
-__device__ __forceinline__ const E* qkv_row(const E* qkv, const Dims& dm, int b, int u, int h, int part) {
-  return qkv + (size_t(b) * dm.T + u) * dm.ld + size_t(part) * dm.C + size_t(h) * dm.hs;
+__device__ __forceinline__ const E* kv_row(const E* qkv, const Dims& dm, int b, int u, int g, int part) {
+  return qkv + (size_t(b) * dm.T + u) * dm.ld + dm.C + size_t(part - 1) * dm.NKV * dm.hs + size_t(g) * dm.hs;
 }
 
 template <typename E>
@@ -86,19 +95,20 @@ __global__ void flash_forward_kernel(E* out, float* lse, const E* qkv, Dims dm) 
   if (!warp_row(size_t(dm.B) * dm.NH * dm.T, &r)) return;
   const int lane = threadIdx.x % 32;
   int b, h, t;
-  split_row(dm, r, &b, &h, &t);
+  split_row(dm, dm.NH, r, &b, &h, &t);
+  const int g = h / dm.G;
   float q[kMaxPerLane], acc[kMaxPerLane];
-  load_row(q, qkv_row(qkv, dm, b, t, h, 0), dm.hs, lane);
+  load_row(q, q_row(qkv, dm, b, t, h), dm.hs, lane);
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j <= t; ++j) {
-    const float s = dot_row(q, qkv_row(qkv, dm, b, j, h, 1), dm.hs, lane) * dm.scale;
+    const float s = dot_row(q, kv_row(qkv, dm, b, j, g, 1), dm.hs, lane) * dm.scale;
     const float m_new = fmaxf(m, s);
     const float rescale = expf(m - m_new);  // 0 on the first key (m = -inf)
     const float p = expf(s - m_new);
     l = l * rescale + p;
-    const E* v = qkv_row(qkv, dm, b, j, h, 2);
+    const E* v = kv_row(qkv, dm, b, j, g, 2);
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -123,22 +133,23 @@ __global__ void flash_backward_dq_kernel(E* dqkv, float* D, const E* dout, const
   if (!warp_row(size_t(dm.B) * dm.NH * dm.T, &r)) return;
   const int lane = threadIdx.x % 32;
   int b, h, t;
-  split_row(dm, r, &b, &h, &t);
+  split_row(dm, dm.NH, r, &b, &h, &t);
+  const int kvh = h / dm.G;
   float q[kMaxPerLane], g[kMaxPerLane], dq[kMaxPerLane];
-  load_row(q, qkv_row(qkv, dm, b, t, h, 0), dm.hs, lane);
+  load_row(q, q_row(qkv, dm, b, t, h), dm.hs, lane);
   load_row(g, dout + (size_t(b) * dm.T + t) * dm.C + size_t(h) * dm.hs, dm.hs, lane);
   const float lse_t = lse[r];
   float dsum = 0.0f;
   for (int j = 0; j <= t; ++j) {
-    const float p = expf(dot_row(q, qkv_row(qkv, dm, b, j, h, 1), dm.hs, lane) * dm.scale - lse_t);
-    dsum += p * dot_row(g, qkv_row(qkv, dm, b, j, h, 2), dm.hs, lane);
+    const float p = expf(dot_row(q, kv_row(qkv, dm, b, j, kvh, 1), dm.hs, lane) * dm.scale - lse_t);
+    dsum += p * dot_row(g, kv_row(qkv, dm, b, j, kvh, 2), dm.hs, lane);
   }
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) dq[i] = 0.0f;
   for (int j = 0; j <= t; ++j) {
-    const E* k = qkv_row(qkv, dm, b, j, h, 1);
+    const E* k = kv_row(qkv, dm, b, j, kvh, 1);
     const float p = expf(dot_row(q, k, dm.hs, lane) * dm.scale - lse_t);
-    const float ds = p * (dot_row(g, qkv_row(qkv, dm, b, j, h, 2), dm.hs, lane) - dsum) * dm.scale;
+    const float ds = p * (dot_row(g, kv_row(qkv, dm, b, j, kvh, 2), dm.hs, lane) - dsum) * dm.scale;
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + 32 * i;
@@ -149,43 +160,46 @@ __global__ void flash_backward_dq_kernel(E* dqkv, float* D, const E* dout, const
   if (lane == 0) D[r] = dsum;
 }
 
-// Warp per key row j: dk and dv (accumulated into dqkv's k and v parts).
+// Warp per key row j of kv head g: dk and dv (accumulated into dqkv's k and v parts),
+// summed over the group's G query heads in order.
 template <typename E>
 __global__ void flash_backward_dkv_kernel(E* dqkv, const E* dout, const E* qkv, const float* lse, const float* D,
                                           Dims dm) {
   size_t r;
-  if (!warp_row(size_t(dm.B) * dm.NH * dm.T, &r)) return;
+  if (!warp_row(size_t(dm.B) * dm.NKV * dm.T, &r)) return;
   const int lane = threadIdx.x % 32;
-  int b, h, j;
-  split_row(dm, r, &b, &h, &j);
+  int b, g, j;
+  split_row(dm, dm.NKV, r, &b, &g, &j);
   float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane], dv[kMaxPerLane];
-  load_row(k, qkv_row(qkv, dm, b, j, h, 1), dm.hs, lane);
-  load_row(v, qkv_row(qkv, dm, b, j, h, 2), dm.hs, lane);
+  load_row(k, kv_row(qkv, dm, b, j, g, 1), dm.hs, lane);
+  load_row(v, kv_row(qkv, dm, b, j, g, 2), dm.hs, lane);
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) dk[i] = dv[i] = 0.0f;
-  const size_t row0 = r - j;  // row (b, h, 0) of lse and D
-  for (int t = j; t < dm.T; ++t) {
-    const E* q = qkv_row(qkv, dm, b, t, h, 0);
-    const E* g = dout + (size_t(b) * dm.T + t) * dm.C + size_t(h) * dm.hs;
-    const float p = expf(dot_row(k, q, dm.hs, lane) * dm.scale - lse[row0 + t]);
-    const float ds = p * (dot_row(v, g, dm.hs, lane) - D[row0 + t]) * dm.scale;
+  for (int h = g * dm.G; h < (g + 1) * dm.G; ++h) {
+    const size_t row0 = (size_t(b) * dm.NH + h) * dm.T;  // row (b, h, 0) of lse and D
+    for (int t = j; t < dm.T; ++t) {
+      const E* q = q_row(qkv, dm, b, t, h);
+      const E* gr = dout + (size_t(b) * dm.T + t) * dm.C + size_t(h) * dm.hs;
+      const float p = expf(dot_row(k, q, dm.hs, lane) * dm.scale - lse[row0 + t]);
+      const float ds = p * (dot_row(v, gr, dm.hs, lane) - D[row0 + t]) * dm.scale;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < dm.hs) {
-        dv[i] += p * load(g[d]);
-        dk[i] += ds * load(q[d]);
+      for (int i = 0; i < kMaxPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < dm.hs) {
+          dv[i] += p * load(gr[d]);
+          dk[i] += ds * load(q[d]);
+        }
       }
     }
   }
-  E* row = dqkv + (size_t(b) * dm.T + j) * dm.ld + size_t(h) * dm.hs;
-  add_row(row + dm.C, dk, dm.hs, lane);
-  add_row(row + 2 * size_t(dm.C), dv, dm.hs, lane);
+  E* k_out = dqkv + (size_t(b) * dm.T + j) * dm.ld + dm.C + size_t(g) * dm.hs;
+  add_row(k_out, dk, dm.hs, lane);
+  add_row(k_out + size_t(dm.NKV) * dm.hs, dv, dm.hs, lane);
 }
 
-Dims dims(int B, int T, int C, int NH) {
+Dims dims(int B, int T, int C, int NH, int NKV) {
   const int hs = C / NH;
-  return Dims{B, T, C, NH, hs, size_t(3) * C, 1.0f / sqrtf(float(hs))};
+  return Dims{B, T, C, NH, NKV, NH / NKV, hs, size_t(C) + 2 * size_t(NKV) * hs, 1.0f / sqrtf(float(hs))};
 }
 
 unsigned warp_blocks(size_t rows) { return unsigned((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
@@ -195,29 +209,29 @@ unsigned warp_blocks(size_t rows) { return unsigned((rows + kWarpsPerBlock - 1) 
 int flash_max_head_size() { return 32 * kMaxPerLane; }
 
 template <typename E>
-void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, cudaStream_t s) {
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV, cudaStream_t s) {
   const size_t rows = size_t(B) * NH * T;
   if (rows == 0) return;
-  flash_forward_kernel<E><<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, s>>>(out, lse, qkv, dims(B, T, C, NH));
+  flash_forward_kernel<E><<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, s>>>(out, lse, qkv, dims(B, T, C, NH, NKV));
   CUDA_CHECK_LAUNCH("flash_forward_kernel", s);
 }
 
 template <typename E>
 void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
-                              float* D, cudaStream_t s) {
-  const size_t rows = size_t(B) * NH * T;
+                              int NKV, float* D, cudaStream_t s) {
+  const size_t rows = size_t(B) * NH * T, kv_rows = size_t(B) * NKV * T;
   if (rows == 0) return;
-  const Dims dm = dims(B, T, C, NH);
+  const Dims dm = dims(B, T, C, NH, NKV);
   flash_backward_dq_kernel<E><<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, s>>>(dqkv, D, dout, qkv, lse, dm);
   CUDA_CHECK_LAUNCH("flash_backward_dq_kernel", s);
-  flash_backward_dkv_kernel<E><<<warp_blocks(rows), 32 * kWarpsPerBlock, 0, s>>>(dqkv, dout, qkv, lse, D, dm);
+  flash_backward_dkv_kernel<E><<<warp_blocks(kv_rows), 32 * kWarpsPerBlock, 0, s>>>(dqkv, dout, qkv, lse, D, dm);
   CUDA_CHECK_LAUNCH("flash_backward_dkv_kernel", s);
 }
 
 #define RZ_INSTANTIATE(E)                                                                                  \
-  template void attention_forward_flash<E>(E*, float*, const E*, int, int, int, int, cudaStream_t);      \
-  template void attention_backward_flash<E>(E*, const E*, const E*, const float*, int, int, int, int, float*, \
-                                            cudaStream_t);
+  template void attention_forward_flash<E>(E*, float*, const E*, int, int, int, int, int, cudaStream_t); \
+  template void attention_backward_flash<E>(E*, const E*, const E*, const float*, int, int, int, int, int,  \
+                                            float*, cudaStream_t);
 RZ_INSTANTIATE(float)
 RZ_INSTANTIATE(bf16_t)
 

@@ -16,7 +16,9 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kv.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/launchers.cuh"
 #include "kernels/device_provider.h"
 
@@ -212,37 +214,34 @@ class CudaOps final : public Ops<E> {
     }
   }
 
-  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) override {
+  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV) override {
     ctx_->bind();
-    RZ_CHECK(NH > 0 && C % NH == 0, "attention_forward: C=%d is not a multiple of NH=%d", C, NH);
+    check_attention_shape(__func__, B, T, C, NH, NKV);
     float* scores = ctx_->floats(CudaContext::kScratchA, size_t(NH) * T * T);
-    cuda::attention_forward(ctx_->lt, dev(out), dev(att), dev(qkv), B, T, C, NH, scores, ctx_->stream);
+    cuda::attention_forward(ctx_->lt, dev(out), dev(att), dev(qkv), B, T, C, NH, NKV, scores, ctx_->stream);
   }
-  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH) override {
+  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH,
+                          int NKV) override {
     ctx_->bind();
-    RZ_CHECK(NH > 0 && C % NH == 0, "attention_backward: C=%d is not a multiple of NH=%d", C, NH);
+    check_attention_shape(__func__, B, T, C, NH, NKV);
     float* datt = ctx_->floats(CudaContext::kScratchA, size_t(NH) * T * T);
     auto* dpre = static_cast<typename DeviceType<E>::type*>(
         ctx_->scratch[CudaContext::kScratchB].get(size_t(NH) * T * T * sizeof(E)));
-    cuda::attention_backward(ctx_->lt, dev(dqkv), dev(dout), dev(qkv), dev(att), B, T, C, NH, datt, dpre,
+    cuda::attention_backward(ctx_->lt, dev(dqkv), dev(dout), dev(qkv), dev(att), B, T, C, NH, NKV, datt, dpre,
                              ctx_->stream);
   }
 
-  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) override {
+  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV) override {
     ctx_->bind();
-    RZ_CHECK(NH > 0 && C % NH == 0 && C / NH <= cuda::flash_max_head_size(),
-             "attention_forward_flash: head size C/NH = %d/%d must divide evenly and be at most %d", C, NH,
-             cuda::flash_max_head_size());
-    cuda::attention_forward_flash(dev(out), lse, dev(qkv), B, T, C, NH, ctx_->stream);
+    check_flash_shape(__func__, B, T, C, NH, NKV);
+    cuda::attention_forward_flash(dev(out), lse, dev(qkv), B, T, C, NH, NKV, ctx_->stream);
   }
-  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
-                                int NH) override {
+  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                                int NKV) override {
     ctx_->bind();
-    RZ_CHECK(NH > 0 && C % NH == 0 && C / NH <= cuda::flash_max_head_size(),
-             "attention_backward_flash: head size C/NH = %d/%d must divide evenly and be at most %d", C, NH,
-             cuda::flash_max_head_size());
+    check_flash_shape(__func__, B, T, C, NH, NKV);
     float* D = ctx_->floats(CudaContext::kScratchA, size_t(B) * NH * T);
-    cuda::attention_backward_flash(dev(dqkv), dev(dout), dev(qkv), lse, B, T, C, NH, D, ctx_->stream);
+    cuda::attention_backward_flash(dev(dqkv), dev(dout), dev(qkv), lse, B, T, C, NH, NKV, D, ctx_->stream);
   }
 
   void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
@@ -254,6 +253,38 @@ class CudaOps final : public Ops<E> {
              cuda::attention_kv_max_head_size(), size_t(B) * Tq * NH);
     cuda::attention_forward_kv(dev(out), dev(q), dev(k_cache), dev(v_cache), B, Tq, pos, Tc, NH, NKV, hs,
                                ctx_->stream);
+  }
+
+  void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int C, float eps) override {
+    ctx_->bind();
+    RZ_CHECK(N >= 0 && C >= 1, "rmsnorm_forward: N=%d rows of C=%d channels", N, C);
+    cuda::rmsnorm_forward(dev(out), rstd, dev(inp), dev(weight), N, C, eps, ctx_->stream);
+  }
+  void rmsnorm_backward(E* dinp, E* dweight, const E* dout, const E* inp, const E* weight, const float* rstd, int N,
+                        int C) override {
+    ctx_->bind();
+    RZ_CHECK(N >= 0 && C >= 1, "rmsnorm_backward: N=%d rows of C=%d channels", N, C);
+    float* partials = ctx_->floats(CudaContext::kScratchA, cuda::column_partials_floats(N, C));
+    cuda::rmsnorm_backward(dev(dinp), dev(dweight), dev(dout), dev(inp), dev(weight), rstd, N, C, partials,
+                           ctx_->stream);
+  }
+
+  void rope_forward(E* qkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    rope(__func__, qkv, B, T, NH, NKV, hs, pos0, theta, false);
+  }
+  void rope_backward(E* dqkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    rope(__func__, dqkv, B, T, NH, NKV, hs, pos0, theta, true);
+  }
+
+  void swiglu_forward(E* out, const E* gate_up, int N, int H) override {
+    ctx_->bind();
+    RZ_CHECK(N >= 0 && H >= 1, "swiglu_forward: N=%d rows of H=%d", N, H);
+    cuda::swiglu_forward(dev(out), dev(gate_up), N, H, ctx_->stream);
+  }
+  void swiglu_backward(E* dgate_up, const E* dout, const E* gate_up, int N, int H) override {
+    ctx_->bind();
+    RZ_CHECK(N >= 0 && H >= 1, "swiglu_backward: N=%d rows of H=%d", N, H);
+    cuda::swiglu_backward(dev(dgate_up), dev(dout), dev(gate_up), N, H, ctx_->stream);
   }
 
   void gelu_forward(E* out, const E* inp, size_t n) override {
@@ -281,6 +312,21 @@ class CudaOps final : public Ops<E> {
   }
 
  private:
+  static void check_flash_shape(const char* op, int B, int T, int C, int NH, int NKV) {
+    check_attention_shape(op, B, T, C, NH, NKV);
+    RZ_CHECK(C / NH <= cuda::flash_max_head_size(), "%s: head size C/NH = %d/%d must be at most %d", op, C, NH,
+             cuda::flash_max_head_size());
+  }
+  // The table of inverse frequencies is made here, on the host, by the CPU's function.
+  void rope(const char* op, E* qkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta, bool backward) {
+    ctx_->bind();
+    check_rope_shape(op, B, T, NH, NKV, hs, pos0, theta);
+    RZ_CHECK(hs / 2 <= cuda::kRopeMaxHalf, "%s: head size %d must be at most %d", op, hs, 2 * cuda::kRopeMaxHalf);
+    cuda::RopeFreqs freqs{};
+    for (int i = 0; i < hs / 2; ++i) freqs.inv_freq[i] = rope_inv_freq(theta, hs, i);
+    cuda::rope(dev(qkv), B, T, NH, NKV, hs, pos0, freqs, backward, ctx_->stream);
+  }
+
   CudaContext* ctx_;
 };
 

@@ -3,9 +3,10 @@
 //   cudaStream_t; checks the launch)  ->  CudaBackend's op (kernels/cuda/cuda_backend.cu,
 //   which owns the stream, the cuBLASLt handle and the scratch memory).
 // E is float or bf16_t. Every pointer is a device pointer; shapes use the legend of
-// kernels/backend.h (B batch, T time, C channels, OC output channels, NH heads, N rows,
-// V vocab, Vp padded vocab). Each launcher has the arithmetic of the CPU kernel of the
-// same name in kernels/cpu, its reference.
+// kernels/backend.h (B batch, T time, C channels, OC output channels, NH (query) heads, NKV
+// key/value heads, hs head size, N rows, V vocab, Vp padded vocab, H the gated MLP's
+// width). Each launcher has the arithmetic of the CPU kernel of the same name in
+// kernels/cpu, its reference.
 #pragma once
 
 #include <cublasLt.h>
@@ -52,6 +53,14 @@ void encoder_backward_wte(E* dwte, const E* dout,                 // (Vp,C), (B*
                           int nbuckets, int C, cudaStream_t s);
 
 // --- layernorm.cu
+// Column sums over N rows without atomics (layernorm's dweight and dbias, matmul's dbias,
+// rmsnorm's dweight): stage 1 writes one fp32 partial per chunk of kColumnChunkRows rows
+// and column; stage 2 (column_finish) adds the chunks' partials in chunk order into out.
+constexpr int kColumnChunkRows = 64;
+int column_chunks(int N);  // chunks for N rows (refused past 65535, the grid's y limit)
+// out[c] += sum_chunk partial[chunk*C + c], chunks in order. out (C), partial (nchunks, C).
+template <typename E>
+void column_finish(E* out, const float* partial, int nchunks, int C, cudaStream_t s);
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias,
                        int N, int C, cudaStream_t s);
@@ -90,14 +99,15 @@ void gemm(const BlasLt& lt, cudaStream_t s, const char* what, bool transA, bool 
           cudaDataType_t ab, void* D, long long ldd, long long strideD, cudaDataType_t d, int batch,
           float alpha, float beta);
 
-// --- attention.cu (materialised: scores through cuBLASLt, a causal softmax kernel)
+// --- attention.cu (materialised: scores through cuBLASLt, a causal softmax kernel).
+// Grouped-query: qkv (B, T, C + 2*NKV*hs), query head h reads kv head h / (NH/NKV).
 template <typename E>
-void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, int T, int C, int NH,
+void attention_forward(const BlasLt& lt, E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV,
                        float* scores,  // (NH, T, T) scratch
                        cudaStream_t s);
 template <typename E>
 void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, const E* att,
-                        int B, int T, int C, int NH,
+                        int B, int T, int C, int NH, int NKV,
                         float* datt,  // (NH, T, T) scratch
                         E* dpre,      // (NH, T, T) scratch
                         cudaStream_t s);
@@ -105,11 +115,40 @@ void attention_backward(const BlasLt& lt, E* dqkv, const E* dout, const E* qkv, 
 // --- attention_flash.cu (no (T, T) matrix: online softmax forward, lse-recomputing backward)
 int flash_max_head_size();  // hs above this is refused
 template <typename E>
-void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, cudaStream_t s);
+void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV,
+                             cudaStream_t s);
 template <typename E>
 void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                              int NKV,
                               float* D,  // (B, NH, T) scratch
                               cudaStream_t s);
+
+// --- rmsnorm.cu (kernels/cpu/rmsnorm.h's arithmetic: fp32, one rounding)
+template <typename E>
+void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight,  // (N,C) (N) (N,C) (C)
+                     int N, int C, float eps, cudaStream_t s);
+template <typename E>
+void rmsnorm_backward(E* dinp, E* dweight, const E* dout, const E* inp, const E* weight,  // accumulate
+                      const float* rstd, int N, int C,
+                      float* partials,  // column_partials_floats(N, C)
+                      cudaStream_t s);
+
+// --- rope.cu (kernels/cpu/rope.h: half-split pairs, in place on the q and k heads)
+// The inverse frequencies, made on the host by rope_inv_freq (kernels/cpu/rope.h) so every
+// backend rotates by the same fp32 angles, and passed by value: no upload.
+constexpr int kRopeMaxHalf = 128;  // head size up to 256
+struct RopeFreqs {
+  float inv_freq[kRopeMaxHalf];
+};
+template <typename E>
+void rope(E* qkv,  // (B, T, (NH + 2*NKV)*hs)
+          int B, int T, int NH, int NKV, int hs, int pos0, const RopeFreqs& freqs, bool backward, cudaStream_t s);
+
+// --- swiglu.cu
+template <typename E>
+void swiglu_forward(E* out, const E* gate_up, int N, int H, cudaStream_t s);  // (N,H) (N,2H)
+template <typename E>
+void swiglu_backward(E* dgate_up, const E* dout, const E* gate_up, int N, int H, cudaStream_t s);  // (N,2H) assigned
 
 // --- attention_kv.cu (sampling: new positions against a KV cache; legend of
 // kernels/cpu/attention_kv.h: Tq new positions, Tc cache rows, NKV key/value heads)

@@ -13,7 +13,7 @@ namespace rz::cuda {
 
 namespace {
 
-constexpr int kRowsPerChunk = 64;
+constexpr int kRowsPerChunk = kColumnChunkRows;
 constexpr int kWarpsPerBlock = 8;
 
 // out (N,C); mean, rstd (N); inp (N,C); weight, bias (C)
@@ -107,15 +107,22 @@ __global__ void column_finish_kernel(E* out, const float* partial, int nchunks, 
   out[c] = store<E>(load(out[c]) + acc);
 }
 
-int chunks_for(int N) {
+}  // namespace
+
+int column_chunks(int N) {
   const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
   RZ_CHECK(chunks <= 65535, "column sums over N=%d rows: more than 65535 chunks of %d rows", N, kRowsPerChunk);
   return chunks;
 }
 
-}  // namespace
+template <typename E>
+void column_finish(E* out, const float* partial, int nchunks, int C, cudaStream_t s) {
+  if (C == 0) return;
+  column_finish_kernel<E><<<unsigned((C + kThreads - 1) / kThreads), kThreads, 0, s>>>(out, partial, nchunks, C);
+  CUDA_CHECK_LAUNCH("column_finish_kernel", s);
+}
 
-size_t column_partials_floats(int N, int C) { return size_t(chunks_for(N)) * size_t(C); }
+size_t column_partials_floats(int N, int C) { return size_t(column_chunks(N)) * size_t(C); }
 
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight, const E* bias, int N,
@@ -133,7 +140,7 @@ void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* i
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   layernorm_backward_dinp_kernel<E><<<blocks, kWarpsPerBlock * 32, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH("layernorm_backward_dinp_kernel", s);
-  const int nchunks = chunks_for(N);
+  const int nchunks = column_chunks(N);
   float* partial_w = partials;
   float* partial_b = partials + column_partials_floats(N, C);
   dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(nchunks));
@@ -149,7 +156,7 @@ void layernorm_backward(E* dinp, E* dweight, E* dbias, const E* dout, const E* i
 template <typename E>
 void bias_backward(E* dbias, const E* dout, int N, int OC, float* partials, cudaStream_t s) {
   if (N == 0 || OC == 0) return;
-  const int nchunks = chunks_for(N);
+  const int nchunks = column_chunks(N);
   dim3 grid(unsigned((OC + kThreads - 1) / kThreads), unsigned(nchunks));
   column_partials_kernel<E><<<grid, kThreads, 0, s>>>(partials, dout, N, OC);
   CUDA_CHECK_LAUNCH("column_partials_kernel(dbias)", s);
@@ -161,7 +168,8 @@ void bias_backward(E* dbias, const E* dout, int N, int OC, float* partials, cuda
   template void layernorm_forward<E>(E*, float*, float*, const E*, const E*, const E*, int, int, cudaStream_t); \
   template void layernorm_backward<E>(E*, E*, E*, const E*, const E*, const E*, const float*, const float*,  \
                                       int, int, float*, cudaStream_t);                                      \
-  template void bias_backward<E>(E*, const E*, int, int, float*, cudaStream_t);
+  template void bias_backward<E>(E*, const E*, int, int, float*, cudaStream_t);                              \
+  template void column_finish<E>(E*, const float*, int, int, cudaStream_t);
 RZ_INSTANTIATE(float)
 RZ_INSTANTIATE(bf16_t)
 

@@ -15,7 +15,9 @@
 #include "base/check.h"
 #include "base/sim_device.h"
 #include "base/trace.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kv.h"
+#include "kernels/cpu/rope.h"
 
 namespace rz {
 namespace {
@@ -67,30 +69,63 @@ class SimOps final : public Ops<E> {
     cpu().matmul_backward(DEV_OR_NULL(dinp, size_t(N) * C), DEV(dweight, size_t(OC) * C), DEV_OR_NULL(dbias, OC),
                           DEV(dout, size_t(N) * OC), DEV(inp, size_t(N) * C), DEV(weight, size_t(OC) * C), N, C, OC);
   }
-  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH) override {
+  // check_attention_shape first: the extents below trust C % NH and NH % NKV.
+  void attention_forward(E* out, E* att, const E* qkv, int B, int T, int C, int NH, int NKV) override {
+    check_attention_shape(__func__, B, T, C, NH, NKV);
     const size_t N = size_t(B) * T;
-    cpu().attention_forward(DEV(out, N * C), DEV(att, size_t(B) * NH * T * T), DEV(qkv, N * 3 * C), B, T, C, NH);
+    cpu().attention_forward(DEV(out, N * C), DEV(att, size_t(B) * NH * T * T), DEV(qkv, N * qkv_width(C, NH, NKV)), B,
+                            T, C, NH, NKV);
   }
-  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH) override {
-    const size_t N = size_t(B) * T;
-    cpu().attention_backward(DEV(dqkv, N * 3 * C), DEV(dout, N * C), DEV(qkv, N * 3 * C),
-                             DEV(att, size_t(B) * NH * T * T), B, T, C, NH);
+  void attention_backward(E* dqkv, const E* dout, const E* qkv, const E* att, int B, int T, int C, int NH,
+                          int NKV) override {
+    check_attention_shape(__func__, B, T, C, NH, NKV);
+    const size_t N = size_t(B) * T, W = qkv_width(C, NH, NKV);
+    cpu().attention_backward(DEV(dqkv, N * W), DEV(dout, N * C), DEV(qkv, N * W), DEV(att, size_t(B) * NH * T * T), B,
+                             T, C, NH, NKV);
   }
-  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH) override {
+  void attention_forward_flash(E* out, float* lse, const E* qkv, int B, int T, int C, int NH, int NKV) override {
+    check_attention_shape(__func__, B, T, C, NH, NKV);
     const size_t N = size_t(B) * T;
-    cpu().attention_forward_flash(DEV(out, N * C), DEV(lse, size_t(B) * NH * T), DEV(qkv, N * 3 * C), B, T, C, NH);
+    cpu().attention_forward_flash(DEV(out, N * C), DEV(lse, size_t(B) * NH * T), DEV(qkv, N * qkv_width(C, NH, NKV)),
+                                  B, T, C, NH, NKV);
   }
-  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C,
-                                int NH) override {
-    const size_t N = size_t(B) * T;
-    cpu().attention_backward_flash(DEV(dqkv, N * 3 * C), DEV(dout, N * C), DEV(qkv, N * 3 * C),
-                                   DEV(lse, size_t(B) * NH * T), B, T, C, NH);
+  void attention_backward_flash(E* dqkv, const E* dout, const E* qkv, const float* lse, int B, int T, int C, int NH,
+                                int NKV) override {
+    check_attention_shape(__func__, B, T, C, NH, NKV);
+    const size_t N = size_t(B) * T, W = qkv_width(C, NH, NKV);
+    cpu().attention_backward_flash(DEV(dqkv, N * W), DEV(dout, N * C), DEV(qkv, N * W), DEV(lse, size_t(B) * NH * T),
+                                   B, T, C, NH, NKV);
   }
   void attention_forward_kv(E* out, const E* q, const E* k_cache, const E* v_cache, int B, int Tq, int pos, int Tc,
                             int NH, int NKV, int hs) override {
     check_attention_kv_shape(B, Tq, pos, Tc, NH, NKV, hs);  // before the sizes below are trusted
     const size_t Q = size_t(B) * Tq * NH * hs, KV = size_t(B) * Tc * NKV * hs;
     cpu().attention_forward_kv(DEV(out, Q), DEV(q, Q), DEV(k_cache, KV), DEV(v_cache, KV), B, Tq, pos, Tc, NH, NKV, hs);
+  }
+  void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int C, float eps) override {
+    const size_t NC = size_t(N) * C;
+    cpu().rmsnorm_forward(DEV(out, NC), DEV(rstd, N), DEV(inp, NC), DEV(weight, C), N, C, eps);
+  }
+  void rmsnorm_backward(E* dinp, E* dweight, const E* dout, const E* inp, const E* weight, const float* rstd, int N,
+                        int C) override {
+    const size_t NC = size_t(N) * C;
+    cpu().rmsnorm_backward(DEV(dinp, NC), DEV(dweight, C), DEV(dout, NC), DEV(inp, NC), DEV(weight, C), DEV(rstd, N),
+                           N, C);
+  }
+  void rope_forward(E* qkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    check_rope_shape(__func__, B, T, NH, NKV, hs, pos0, theta);
+    cpu().rope_forward(DEV(qkv, size_t(B) * T * (NH + 2 * NKV) * hs), B, T, NH, NKV, hs, pos0, theta);
+  }
+  void rope_backward(E* dqkv, int B, int T, int NH, int NKV, int hs, int pos0, float theta) override {
+    check_rope_shape(__func__, B, T, NH, NKV, hs, pos0, theta);
+    cpu().rope_backward(DEV(dqkv, size_t(B) * T * (NH + 2 * NKV) * hs), B, T, NH, NKV, hs, pos0, theta);
+  }
+  void swiglu_forward(E* out, const E* gate_up, int N, int H) override {
+    cpu().swiglu_forward(DEV(out, size_t(N) * H), DEV(gate_up, size_t(N) * 2 * H), N, H);
+  }
+  void swiglu_backward(E* dgate_up, const E* dout, const E* gate_up, int N, int H) override {
+    cpu().swiglu_backward(DEV(dgate_up, size_t(N) * 2 * H), DEV(dout, size_t(N) * H), DEV(gate_up, size_t(N) * 2 * H),
+                          N, H);
   }
   void gelu_forward(E* out, const E* inp, size_t n) override { cpu().gelu_forward(DEV(out, n), DEV(inp, n), n); }
   void gelu_backward(E* dinp, const E* inp, const E* dout, size_t n) override {
@@ -110,6 +145,8 @@ class SimOps final : public Ops<E> {
 
  private:
   static Ops<E>& cpu() { return cpu_backend().ops<E>(); }
+  // Elements per row of a grouped-query qkv: q (C), k and v (NKV * C/NH each).
+  static size_t qkv_width(int C, int NH, int NKV) { return size_t(C) + 2 * size_t(NKV) * size_t(C / NH); }
   // wte (Vp, C) is read at the rows the tokens name: its allocation must hold at least
   // (max token + 1) rows. tok: host memory (the forward's device ids through their view).
   static int max_token(const int* tok, int B, int T) {

@@ -17,7 +17,7 @@ namespace rz {
 namespace {
 
 // The matmuls of one step, as (C_in, OC, has_bias): per layer qkv, attproj, fc, fcproj,
-// then the tied classifier (no bias). N = B*T rows each.
+// then the classifier (no bias), with the family's widths and biases. N = B*T rows each.
 struct MatmulShape {
   size_t in, out;
   bool bias;
@@ -28,10 +28,12 @@ struct MatmulShape {
 // kernels/cpu/attention.cpp's per-head fp32 buffer, one per OpenMP thread of the team).
 size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
   const GPT2Config& c = in.cfg;
+  const FamilyTraits& tr = family_traits(c.family);
   const size_t N = size_t(in.batch) * T, C = c.channels, hs = C / c.num_heads;
   size_t bytes = 0;
   if (in.precision == Precision::bf16) {
-    const MatmulShape shapes[] = {{C, 3 * C, true}, {C, C, true}, {C, 4 * C, true}, {4 * C, C, true},
+    const MatmulShape shapes[] = {{C, size_t(c.qkv_width()), tr.qkv_bias}, {C, C, tr.proj_bias},
+                                  {C, size_t(c.fc_width()), tr.fc_bias}, {size_t(c.intermediate), C, tr.proj_bias},
                                   {C, size_t(c.padded_vocab_size), false}};
     const bool units = onednn_bf16_matmul_available();
     size_t slot[6] = {};
@@ -62,6 +64,9 @@ size_t cpu_kernel_scratch(const MemoryPlanInput& in, int T) {
   if (gemm_f32_available())
     per_thread += size_t(2 * gemm_f32_packed_floats(int64_t(hs), T) + gemm_f32_packed_floats(T, int64_t(hs)));
   bytes += size_t(std::max(1, in.threads)) * per_thread * sizeof(float);
+  // Rotary families: rope's cos and sin table, (T, hs/2) fp32 each, kept by the rank's own
+  // thread (kernels/cpu/rope.cpp).
+  if (tr.position == PositionKind::rope) bytes += size_t(T) * hs * sizeof(float);
   return bytes;
 }
 
