@@ -188,11 +188,16 @@ void agree_at_rendezvous(StoreClient& store, int rank, const RankSettings& mine,
   int complainer = -1;
   const double deadline = now_s() + timeout_s;
   while (left > 0 && diff.empty()) {
+    // A complaint from a rank outside this world (started for a larger job) is that rank's
+    // own failure: rank 0's job of `world` ranks is whole without it and goes on.
     if (std::optional<std::string> c = store.try_get("agree/complaint", 0.0)) {
-      const size_t tab = c->find('\t');
-      complainer = std::atoi(c->c_str());
-      diff = tab == std::string::npos ? *c : c->substr(tab + 1);
-      break;
+      const int from = std::atoi(c->c_str());
+      if (from > 0 && from < world) {
+        const size_t tab = c->find('\t');
+        complainer = from;
+        diff = tab == std::string::npos ? *c : c->substr(tab + 1);
+        break;
+      }
     }
     bool waited = false;
     for (int r = 1; r < world && diff.empty(); ++r) {
