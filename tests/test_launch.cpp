@@ -62,8 +62,14 @@ TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 
   opts.nproc_per_node = 3;
   opts.stop_grace_s = 2.0;
   // Rank 2 fails first; ranks 0 and 1 fail a moment later because their peer went away.
+  // They wait until rank 2 has failed (the launcher starts no rank after a failure, and
+  // on a loaded machine rank 0 could otherwise fail before rank 2 is forked).
+  char dir[] = "/tmp/rz_launch_XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string failed = std::string(dir) + "/rank2_failed";
   int status = launch_local_ranks(
-      sh("if [ \"$RANK\" = 2 ]; then echo 'disk full' >&2; exit 7; fi; sleep 0.01; "
+      sh("if [ \"$RANK\" = 2 ]; then echo 'disk full' >&2; touch " + failed + "; exit 7; fi; "
+         "i=0; while [ ! -e " + failed + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; sleep 0.01; "
          "echo 'rank 2 closed the connection' >&2; exit 1"),
       opts);
   CHECK(status == 7);
@@ -147,12 +153,18 @@ TEST_CASE("a signal to one rank is reported as that rank's, not as the others' s
   char dir[] = "/tmp/rz_launch_XXXXXX";
   REQUIRE(mkdtemp(dir) != nullptr);
   const std::string marker = std::string(dir) + "/rank1_finished";
+  // Rank 0 acts only once rank 1 runs: the launcher starts no rank after one has failed,
+  // and on a loaded machine rank 0 could end before rank 1 is forked.
+  const std::string started = std::string(dir) + "/rank1_started";
+  const std::string wait_for_rank1 =
+      "i=0; while [ ! -e " + started + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; ";
   SECTION("a rank that received SIGINT stops after its step; the other stops with it, unhurried") {
     // Rank 0 says (as a training rank does) that SIGINT reached it; rank 1 needs a moment
     // longer to finish the agreed stop: the launcher must not SIGTERM it meanwhile.
     auto [status, err] = launch_capturing(
-        sh("if [ \"$RANK\" = 0 ]; then echo 'ringzero: rank 0 received SIGINT (signal 2); every rank stops after "
-           "this step' >&2; exit 130; fi; sleep 1; touch " + marker + "; exit 130"),
+        sh("if [ \"$RANK\" = 0 ]; then " + wait_for_rank1 +
+           "echo 'ringzero: rank 0 received SIGINT (signal 2); every rank stops after "
+           "this step' >&2; exit 130; fi; touch " + started + "; sleep 1; touch " + marker + "; exit 130"),
         opts);
     INFO(err);
     CHECK(status == 130);
@@ -162,7 +174,9 @@ TEST_CASE("a signal to one rank is reported as that rank's, not as the others' s
     CHECK(err.find("rank 1 exited") == std::string::npos);
   }
   SECTION("a rank killed by SIGINT is named with the signal; the launcher stopped the others") {
-    auto [status, err] = launch_capturing(sh("if [ \"$RANK\" = 0 ]; then kill -INT $$; fi; exec sleep 60"), opts);
+    auto [status, err] = launch_capturing(
+        sh("if [ \"$RANK\" = 0 ]; then " + wait_for_rank1 + "kill -INT $$; fi; touch " + started + "; exec sleep 60"),
+        opts);
     INFO(err);
     CHECK(status == 128 + SIGINT);
     CHECK(err.find("ringzero: rank 0 was killed by SIGINT (Interrupt); the launcher stopped the other ranks") !=
