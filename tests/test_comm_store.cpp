@@ -420,7 +420,9 @@ TEST_CASE("agreement: settings encode and decode exactly, and malformed text is 
   CHECK(back->settings == s.settings);
   for (const char* bad : {"", "ringzero-settings 1\n", "ringzero-settings 2\nworld 2\n", "ringzero-settings 1\nworld 0\n",
                           "ringzero-settings 1\nworld 2\n--lr 0.1\n", "ringzero-settings 1\nworld 2\n--lr\t\\x\n",
-                          "ringzero-settings 1\nworld 2\n--lr\t1", "ringzero-settings 1\nworld 99999999\n"})
+                          "ringzero-settings 1\nworld 2\n--lr\t1", "ringzero-settings 1\nworld 99999999\n",
+                          // a setting named twice would compare as whichever copy is found
+                          "ringzero-settings 1\nworld 2\n--lr\t0.1\n--seed\t1\n--lr\t0.2\n"})
     CHECK(!decode_rank_settings(bad).has_value());
 }
 

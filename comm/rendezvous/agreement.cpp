@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -119,12 +121,13 @@ std::optional<RankSettings> decode_rank_settings(std::string_view text) {
   const long world = std::strtol(w.c_str(), &end, 10);
   if (w.empty() || *end != '\0' || world < 1 || world > (1 << 20)) return std::nullopt;
   s.world = static_cast<int>(world);
+  std::set<std::string> names;  // a rank publishes each setting once: a name twice is malformed
   for (size_t i = 2; i < lines.size(); ++i) {
     const size_t tab = lines[i].find('\t');
     if (tab == std::string_view::npos) return std::nullopt;
     auto name = unescape(lines[i].substr(0, tab));
     auto value = unescape(lines[i].substr(tab + 1));
-    if (!name || !value || name->empty()) return std::nullopt;
+    if (!name || !value || name->empty() || !names.insert(*name).second) return std::nullopt;
     s.settings.emplace_back(std::move(*name), std::move(*value));
   }
   return s;

@@ -48,7 +48,7 @@ struct RankSettings {
 
 // The store value: "ringzero-settings 1\nworld W\n" then "NAME\tVALUE\n" per pair, VALUE with
 // '\\', '\n' and '\t' escaped. decode_rank_settings reads it back, or (a malformed value
-// from a peer) nullopt; it never trusts a length.
+// from a peer, a setting named twice) nullopt; it never trusts a length.
 std::string encode_rank_settings(const RankSettings& s);
 std::optional<RankSettings> decode_rank_settings(std::string_view text);
 
