@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -40,11 +41,26 @@ inline BinaryRun run_ringzero(const std::string& args, int timeout_s = 120) {
 // ARG quoted for the shell (paths may hold spaces).
 inline std::string quote(const std::string& arg) { return "'" + arg + "'"; }
 
+// The scratch directories this test process made, removed when it exits (by the process
+// that made them, not by a forked child that exits) unless RINGZERO_KEEP_TEST_DIRS is set:
+// a model and checkpoints per test program, left behind, filled a CI machine's disk.
+struct TempDirs {
+  pid_t owner = ::getpid();
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    if (::getpid() != owner || std::getenv("RINGZERO_KEEP_TEST_DIRS") != nullptr) return;
+    std::error_code ec;  // best effort: a rank still writing there must not fail the exit
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+
 // <temp dir>/<prefix><pid>, emptied and created: a test process's scratch directory.
 inline std::filesystem::path fresh_temp_dir(const std::string& prefix) {
+  static TempDirs made;
   const std::filesystem::path d = std::filesystem::temp_directory_path() / (prefix + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  made.dirs.push_back(d);
   return d;
 }
 
