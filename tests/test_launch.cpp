@@ -57,6 +57,12 @@ TEST_CASE("a failing rank stops the others and its status is returned") {
   REQUIRE(seconds < 10.0);
 }
 
+// A shell fragment that waits (30 s at most) until `path` exists: a rank that is to fail
+// first waits for the rank it speaks of, since the launcher starts no rank after a failure.
+static std::string wait_for_file(const std::string& path) {
+  return "i=0; while [ ! -e " + path + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; ";
+}
+
 TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 11)") {
   LaunchOptions opts;
   opts.nproc_per_node = 3;
@@ -69,7 +75,7 @@ TEST_CASE("the launcher reports the earliest failure, not a knock-on one (issue 
   const std::string failed = std::string(dir) + "/rank2_failed";
   int status = launch_local_ranks(
       sh("if [ \"$RANK\" = 2 ]; then echo 'disk full' >&2; touch " + failed + "; exit 7; fi; "
-         "i=0; while [ ! -e " + failed + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; sleep 0.01; "
+         + wait_for_file(failed) + "sleep 0.01; "
          "echo 'rank 2 closed the connection' >&2; exit 1"),
       opts);
   CHECK(status == 7);
@@ -156,8 +162,7 @@ TEST_CASE("a signal to one rank is reported as that rank's, not as the others' s
   // Rank 0 acts only once rank 1 runs: the launcher starts no rank after one has failed,
   // and on a loaded machine rank 0 could end before rank 1 is forked.
   const std::string started = std::string(dir) + "/rank1_started";
-  const std::string wait_for_rank1 =
-      "i=0; while [ ! -e " + started + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; ";
+  const std::string wait_for_rank1 = wait_for_file(started);
   SECTION("a rank that received SIGINT stops after its step; the other stops with it, unhurried") {
     // Rank 0 says (as a training rank does) that SIGINT reached it; rank 1 needs a moment
     // longer to finish the agreed stop: the launcher must not SIGTERM it meanwhile.
