@@ -8,6 +8,7 @@
 #   d12   the GPT-2 d12 shape (byte vocabulary), B4 T64, 2 ranks, 3 steps, each strategy
 #
 #   bash bench/bitwise_hashes.sh [BUILD_DIR]   # default build; writes under a temp dir
+#   BITWISE_WORK=/tmp/other bash bench/bitwise_hashes.sh    # another work directory
 #   MAIN_EXTRA="--warmup 10" bash bench/bitwise_hashes.sh   # flags for the main run only (to match
 #                                                         # a checkout whose configs/tiny.toml differs)
 set -euo pipefail
@@ -16,7 +17,7 @@ rz=${1:-build}/ringzero
 [ -x "$rz" ] || { echo "bitwise_hashes: no $rz (bash scripts/build.sh --target ringzero)" >&2; exit 1; }
 # A fixed work directory: checkpoints record nothing of their path, but a fixed one keeps
 # every input the same between the two runs anyway.
-work=/tmp/ringzero-bitwise
+work=${BITWISE_WORK:-/tmp/ringzero-bitwise}  # BITWISE_WORK: another, for runs side by side
 rm -rf "$work"
 mkdir -p "$work"
 f=/usr/share/games/fortunes
