@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/device_spec.h"
 #include "base/sim_device.h"
 
 namespace rz {
@@ -55,7 +54,6 @@ std::string device_name(Device d) {
   return strfmt("%s:%d", d.kind == DeviceKind::sim ? "sim" : "cuda", d.index);
 }
 
-Device parse_device(const std::string& s) { return parse_device_spec(s).device(); }
 
 // One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
 static std::array<DeviceAllocator, kNumDeviceKinds> g_allocators;

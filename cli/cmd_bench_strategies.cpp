@@ -34,13 +34,12 @@
 #include "base/checked.h"
 #include "base/file.h"
 #include "base/trace.h"
-#include "comm/factory.h"
-#include "launch/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
+#include "train/rank_setup.h"
 #include "train/run_paths.h"
 #include "viz/timeline.h"
 #include "zero/clip.h"
@@ -177,14 +176,16 @@ StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, C
 
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
+  const RankPlacement at = place_rank(DeviceSpec{}, env, CommBackend::ring);  // CPU ranks
   CommOptions copts;
   copts.transport = a.settings.transport;
-  auto comm = connect_communicator(env, copts);
+  auto comm = connect_rank(env, at, copts);
   const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
            cfg.max_seq_len, a.seq);
   ModelOptions mo;
   mo.precision = a.settings.precision();
+  mo.backend = at.backend;
   // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
   mo.shared_params = comm->reads_shared_memory() && strategy_traits(parse_strategy(a.strategy)).gathers_params_after_step();
   GPT2 model(cfg, mo);
@@ -295,7 +296,7 @@ int run_bench_strategies(int argc, char** argv) {
     if (app.count("--bucket-mb") == 0) a.settings.bucket_mb = tc.bucket_mb;
     if (app.count("--buckets-in-flight") == 0) a.settings.buckets_in_flight = tc.buckets_in_flight;
   }
-  if (launched_by_ringzero()) return bench_rank(a);
+  if (started_by_ringzero()) return bench_rank(a);
 
   // An unknown preset, a bad config or a missing tokenizer fails here, before any launch.
   const GPT2Config shape = bench_shape(a);
@@ -334,7 +335,7 @@ int run_bench_strategies(int argc, char** argv) {
       bench_rank(one);
       continue;
     }
-    std::vector<std::string> child{self_executable()};
+    std::vector<std::string> child;
     for (int i = 0; i < argc; ++i) {
       if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) {
         ++i;
@@ -345,9 +346,9 @@ int run_bench_strategies(int argc, char** argv) {
     }
     child.push_back("--strategy");
     child.push_back(k);
-    LaunchOptions lo;
-    lo.nproc_per_node = a.nproc;
-    int rc = launch_local_ranks(child, lo);
+    RankLaunch job;
+    job.nproc_per_node = a.nproc;
+    int rc = launch_ranks(job, child);
     if (rc != 0) return rc;
   }
   return 0;

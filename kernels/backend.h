@@ -298,14 +298,10 @@ inline Ops<float>& Backend::ops<float>() { return *f32_; }
 template <>
 inline Ops<bf16>& Backend::ops<bf16>() { return *bf16_; }
 
-// The backend for a device (cpu, cuda:K, sim:K). For cuda it fails with one line naming the cause: a build
-// without the CUDA backend, no driver, no device, or an index past the device count.
-std::unique_ptr<Backend> make_backend(Device dev);
+// The backend for a device is kernels/registry/device_registry.h's make_backend (one row per
+// device kind); above kernels/ only train/rank_setup.h's place_rank calls it.
 
 // The process's CPU backend (stateless; shared by everyone who needs host compute).
 Backend& cpu_backend();
-
-// True when this build includes the CUDA backend (RINGZERO_CUDA).
-bool cuda_backend_built();
 
 }  // namespace rz

@@ -34,6 +34,7 @@
 #include "base/memory.h"
 #include "kernels/backend.h"
 #include "kernels/device_provider.h"
+#include "kernels/registry/device_registry.h"
 #include "tests/gpu_compare.h"
 
 namespace rz::test {

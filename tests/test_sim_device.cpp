@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/device_spec.h"
 #include "base/memory.h"
 #include "base/sim_device.h"
 
@@ -155,10 +156,10 @@ TEST_CASE("device buffers are counted per tag under DeviceKind::sim, not as host
   }
   CHECK(mt.current(MemTag::grads, DeviceKind::sim) == sim0);
   CHECK(device_name(Device{DeviceKind::sim, 2}) == "sim:2");
-  CHECK(parse_device("sim") == Device{DeviceKind::sim, 0});
-  CHECK(parse_device("sim:7") == Device{DeviceKind::sim, 7});
-  CHECK(error_of([] { parse_device("sim:8"); }).find("ordinals sim:0 .. sim:7") != std::string::npos);
-  CHECK(error_of([] { parse_device("sim:x"); }).find("device: expected cpu, cuda or cuda:K") == 0);
+  CHECK(parse_device_spec("sim").device() == Device{DeviceKind::sim, 0});
+  CHECK(parse_device_spec("sim:7").device() == Device{DeviceKind::sim, 7});
+  CHECK(error_of([] { parse_device_spec("sim:8"); }).find("ordinals sim:0 .. sim:7") != std::string::npos);
+  CHECK(error_of([] { parse_device_spec("sim:x"); }).find("device: expected cpu, cuda or cuda:K") == 0);
 }
 
 TEST_CASE("a shared range maps into another process as device memory, the same bytes") {

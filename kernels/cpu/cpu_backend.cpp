@@ -177,4 +177,9 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+Backend& cpu_backend() {
+  static std::unique_ptr<Backend> cpu = make_cpu_backend();
+  return *cpu;
+}
+
 }  // namespace rz
