@@ -8,9 +8,9 @@
 // frees too.
 //
 // base/ knows no GPU API. Device memory comes from the DeviceAllocator that a backend
-// registers (kernels/cuda does, when a CUDA backend is created); allocating on a device
-// with none registered is an error, not a crash. The simulated device's arena is base's
-// own (base/sim_device.h), so sim memory needs no registration.
+// registers (kernels/cuda does, when a CUDA backend is created; the simulated device's
+// arena, base/sim_device.h, is registered the same way by its backend and comm links);
+// allocating on a device with none registered is an error, not a crash.
 #pragma once
 
 #include <array>

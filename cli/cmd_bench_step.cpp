@@ -32,6 +32,7 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"

@@ -34,6 +34,7 @@
 #include "base/check.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/gemm_alignment.h"
 #include "model/activations.h"
 

@@ -75,6 +75,7 @@ TEST_CASE("a host read or write of device memory dies naming the simulated devic
   for (bool write : {false, true}) {
     CAPTURE(write);
     const ChildResult r = in_child([write] {
+      sim::register_allocator();  // as the sim backend does when it is made
       Buffer<float> buf(MemTag::workspace, 1000, Device{DeviceKind::sim, 0});
       volatile float* p = buf.data() + 10;
       std::fprintf(stderr, "address %p\n", static_cast<void*>(const_cast<float*>(p)));
@@ -144,6 +145,7 @@ TEST_CASE("host_view checks every pointer an op receives, naming the op and the 
 }
 
 TEST_CASE("device buffers are counted per tag under DeviceKind::sim, not as host memory") {
+  sim::register_allocator();  // as the sim backend does when it is made
   MemoryTracker& mt = MemoryTracker::global();
   const size_t host0 = mt.current(MemTag::grads), sim0 = mt.current(MemTag::grads, DeviceKind::sim);
   const size_t in_use0 = sim::device_bytes_in_use();

@@ -128,6 +128,7 @@ int sim_ring_device_for(const RankEnv& env, const CommOptions& opts) {
 }
 
 std::shared_ptr<DeviceLink> make_sim_link(const RankEnv& env, const CommOptions& opts, size_t inbox_bytes) {
+  sim::register_allocator();  // the rank's buffers may come before any sim backend (comm tests)
   return std::make_shared<SimLink>(env.rank, sim_ring_device_for(env, opts), inbox_bytes);
 }
 

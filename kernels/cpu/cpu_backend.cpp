@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kv.h"
 #include "kernels/cpu/convert.h"
