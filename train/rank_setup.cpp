@@ -21,7 +21,7 @@ bool should_launch(const RankLaunch& job) {
 int launch_ranks(const RankLaunch& job, const std::vector<std::string>& args) {
   std::vector<std::string> child{self_executable()};
   child.insert(child.end(), args.begin(), args.end());
-  LaunchOptions lo;
+  LaunchOptions lo;  // the job's part; the token and the grace periods keep their defaults
   lo.nproc_per_node = job.nproc_per_node;
   lo.nnodes = job.nnodes;
   lo.node_rank = job.node_rank;
