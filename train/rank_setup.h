@@ -12,7 +12,7 @@
 // The model and the strategy on request are the trainer's own (train/loop.h): a bench that
 // needs a training step runs the Trainer, which uses these same calls.
 //
-// Placement (DESIGN.md: placement is decided once per rank): a device spec (`--device`),
+// Placement, decided once per rank: a device spec (`--device`),
 // the rank's environment and the comm backend give the rank's device and its backend.
 // `cuda:K` / `sim:K` put every rank on device K; plain `cuda` / `sim` on several ranks give
 // rank r device LOCAL_RANK mod the devices its kind sees (kernels/registry/device_registry.h);
