@@ -1,4 +1,4 @@
-// Tests of zero3 (zero/zero3.h) on thread ranks with a tiny GPT-2:
+// Tests of zero3 (zero/sharded_params.h, composed by zero/composed_strategy.h) on thread ranks with a tiny GPT-2:
 //   - fp32 without accumulation: zero3 == ddp bitwise (N = 2, 3; ddp on zero3's buckets,
 //     which are cut at unit boundaries), with small buckets, one tensor per bucket and one
 //     bucket per unit; and zero3 == zero2 bitwise in bf16;
@@ -12,7 +12,7 @@
 
 #include "comm/factory.h"
 #include "model/layout.h"
-#include "zero/zero3.h"
+#include "zero/sharded_params.h"
 #include "zero_harness.h"
 
 using namespace rz;
@@ -119,11 +119,12 @@ TEST_CASE("a zero3 model reads parameters only through its strategy") {
     REQUIRE(model.params() == nullptr);
     std::vector<float> p(model.layout().total);
     REQUIRE_THROWS_WITH(model.get_params_f32(p.data()), Catch::Contains("sharded (ZeRO-3)"));
-    st->params_f32(p.data());  // one rank: the gathers are copies
+    st->checkpoint_state().params_f32(p.data());  // one rank: the gathers are copies
     REQUIRE(bitwise_equal(p, before));
     std::vector<int> tok(16, 3);
     REQUIRE(std::isfinite(model.forward(tok.data(), tok.data(), 1, 16)));
-    auto* gate = dynamic_cast<ParamGate*>(st.get());
+    // The gate is the strategy's parameter store (zero/sharded_params.h).
+    auto* gate = dynamic_cast<ParamGate*>(const_cast<ParamStore*>(&st->param_store()));
     REQUIRE(gate != nullptr);
     REQUIRE_THROWS_WITH(gate->release(0), Catch::Contains("not acquired"));
     REQUIRE_THROWS_WITH(gate->acquire(99, -1), Catch::Contains("outside"));

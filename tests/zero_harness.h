@@ -122,7 +122,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
           if (step == 0) hook(r, st, s, *comms[r], model);
         }
         res.params[r].resize(model.layout().total);
-        st.params_f32(res.params[r].data());  // collective (zero3 gathers)
+        st.checkpoint_state().params_f32(res.params[r].data());  // collective (zero3 gathers)
       } catch (...) {
         errors[r] = std::current_exception();
       }
