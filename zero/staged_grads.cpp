@@ -115,6 +115,15 @@ int StagedGrads::acquire_slot(int b) {
   return slot;
 }
 
+void StagedGrads::release_slot(int slot, std::shared_ptr<void> read) {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_[slot] = false;
+  sent_[slot] = false;
+  read_[slot] = std::move(read);
+  if (slot < pool_size_) free_.push_back(slot);
+  released_.notify_all();
+}
+
 void* StagedGrads::grad_ptr(size_t offset, size_t count) {
   RZ_CHECK(count > 0 && offset + count <= cx_.plan.total, "grad_ptr: range [%zu, +%zu) outside %zu",
            offset, count, cx_.plan.total);
@@ -158,13 +167,7 @@ void StagedGrads::submit_bucket(int b, int micro) {
       cx_.be.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const float*>(shard), n, first);
     else
       cx_.be.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
-    std::shared_ptr<void> read = cx_.be.mark(stream);
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_[slot] = false;
-    sent_[slot] = false;
-    read_[slot] = std::move(read);
-    if (slot < pool_size_) free_.push_back(slot);
-    released_.notify_all();
+    release_slot(slot, cx_.be.mark(stream));
   });
   work_.push_back(cx_.comm.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
 }
@@ -192,12 +195,7 @@ void StagedGrads::submit_wide(int b, int slot, unsigned char* owned, bool first)
     }
     std::shared_ptr<void> read = cx_.be.mark(stream);
     wide_.release(i, read);
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_[slot] = false;
-    sent_[slot] = false;
-    read_[slot] = std::move(read);
-    if (slot < pool_size_) free_.push_back(slot);
-    released_.notify_all();
+    release_slot(slot, std::move(read));
   });
   work_.push_back(cx_.comm.reduce_scatter_async(wide, shard, bk.padded, DType::f32, ReduceOp::avg, done));
 }

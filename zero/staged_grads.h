@@ -62,6 +62,8 @@ class StagedGrads final : public GradSync {
 
  private:
   int acquire_slot(int b);  // blocks until a buffer is free; returns its index
+  // From a collective's OnDone (any thread): the buffer is free again once `read` is reached.
+  void release_slot(int slot, std::shared_ptr<void> read);
   // submit_bucket's fp32 reduction (--grad-reduce-dtype fp32) of bucket b staged in `slot`.
   void submit_wide(int b, int slot, unsigned char* owned, bool first);
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }
