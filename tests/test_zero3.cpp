@@ -48,6 +48,51 @@ TEST_CASE("fp32, no accumulation: zero3 == ddp bitwise, N = 2 and 3") {
   }
 }
 
+// A combination no --strategy names yet is a traits row, not a class: zero3's sharded
+// parameters (gathered per unit) with zero1's gradient sync (full buffer, reduce-scatter at
+// the last micro-step). In fp32 without accumulation zero1's reduce-scatter gives the owned
+// shard zero2's staged one gives, so the row trains bitwise like zero3.
+TEST_CASE("a new traits row composes the parts: zero3's parameters with zero1's gradient sync") {
+  StrategyTraits row = strategy_traits(StrategyKind::zero3);
+  row.shards_grads = false;
+  for (int n : {2, 3}) {
+    INFO("N = " << n);
+    RunSpec spec;
+    spec.nranks = n;
+    spec.steps = 4;
+    spec.kind = StrategyKind::zero3;
+    RunResult z3 = run_ranks(spec);
+    spec.row = &row;
+    RunResult composed = run_ranks(spec, [&](int, Strategy& st, const StepStats&) {
+      REQUIRE(st.grad_sync().kind() == GradSyncKind::reduce_scatter_last);
+      REQUIRE(st.param_store().kind() == ParamStoreKind::sharded);
+      // Each part counts its own bytes: zero1's full buffer and owned shard, zero3's
+      // owned parameter shard and gathered units, the owned optimizer state (fp32: m, v).
+      const BucketPlan& plan = st.bucket_plan();
+      const ExactStateBytes e = st.state_bytes();
+      REQUIRE(e.grads == (plan.padded_total + plan.owned_numel()) * sizeof(float));
+      REQUIRE(e.staging == 0);
+      REQUIRE(e.params == plan.owned_numel() * sizeof(float) + e.gathered);
+      REQUIRE(e.gathered == st.param_store().gather_pool().total_elems() * sizeof(float));
+      REQUIRE(e.adam_m == plan.owned_numel() * sizeof(float));
+    });
+    require_ranks_agree(composed);
+    REQUIRE(bitwise_equal(composed.params[0], z3.params[0]));
+    REQUIRE(composed.norms[0] == z3.norms[0]);
+    REQUIRE(composed.losses[0] == z3.losses[0]);
+  }
+  // What the parts cannot compose is refused in one line.
+  CommOptions copts;
+  copts.transport = CommTransport::thread;
+  auto comms = make_thread_communicators(1, copts);
+  GPT2 model(tiny_config(), ModelOptions{});
+  StrategyOptions so;
+  so.kind = StrategyKind::zero3;
+  StrategyTraits bad = strategy_traits(StrategyKind::zero3);
+  bad.shards_optimizer = false;
+  REQUIRE_THROWS_WITH(make_strategy(model, *comms[0], so, bad), Catch::Contains("need a sharded optimizer"));
+}
+
 TEST_CASE("bf16: zero3 == zero2 bitwise on the same buckets; with accumulation close to ddp") {
   RunSpec spec;
   spec.nranks = 3;

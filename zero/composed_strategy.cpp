@@ -39,11 +39,12 @@ std::unique_ptr<ParamStore> make_param_store(ParamStoreKind kind, StrategyContex
 // The parts in the order that keeps the start-up peak low: the optimizer's master weights
 // are converted from the model's full parameters before a sharded store takes its shard
 // and releases them, and AdamW's m and v come only after that.
-ComposedStrategy::ComposedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : cx_(model, comm, opts),
-      sync_(make_grad_sync(grad_sync_kind(strategy_traits(opts.kind)), cx_)),
-      opt_(cx_, strategy_traits(opts.kind).shards_optimizer),
-      params_(make_param_store(param_store_kind(strategy_traits(opts.kind)), cx_)),
+ComposedStrategy::ComposedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts,
+                                   const StrategyTraits& row)
+    : cx_(model, comm, opts, row),
+      sync_(make_grad_sync(grad_sync_kind(row), cx_)),
+      opt_(cx_, row.shards_optimizer),
+      params_(make_param_store(param_store_kind(row), cx_)),
       state_(cx_, opt_, *params_) {
   opt_.allocate_moments();
 }
@@ -148,7 +149,19 @@ ExactStateBytes ComposedStrategy::state_bytes() const {
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts) {
   RZ_CHECK(static_cast<size_t>(opts.kind) < std::size(kStrategyKinds), "make_strategy: unknown strategy %d",
            static_cast<int>(opts.kind));
-  return std::make_unique<ComposedStrategy>(model, comm, opts);
+  return std::make_unique<ComposedStrategy>(model, comm, opts, strategy_traits(opts.kind));
+}
+
+std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts,
+                                        const StrategyTraits& row) {
+  RZ_CHECK(row.kind == opts.kind, "make_strategy: a row of kind %d for options of kind %d",
+           static_cast<int>(row.kind), static_cast<int>(opts.kind));
+  // The combinations the parts cannot make: a staged or sharded part updates only the owned
+  // shard, and a sharded parameter store gathers whole units.
+  RZ_CHECK(!row.shards_grads || row.shards_optimizer, "make_strategy: sharded gradients need a sharded optimizer");
+  RZ_CHECK(!row.shards_params || (row.shards_optimizer && row.cuts_buckets_at_units),
+           "make_strategy: sharded parameters need a sharded optimizer and buckets cut at units");
+  return std::make_unique<ComposedStrategy>(model, comm, opts, row);
 }
 
 }  // namespace rz

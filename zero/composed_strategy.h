@@ -28,7 +28,8 @@ namespace rz {
 
 class ComposedStrategy final : public Strategy, public GradSink {
  public:
-  ComposedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  // The parts `row` picks (make_strategy passes opts.kind's row of the traits table).
+  ComposedStrategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, const StrategyTraits& row);
 
   GradSink& begin_micro_step(int micro, int accum) override;
   void end_micro_step() override;

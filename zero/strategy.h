@@ -90,6 +90,13 @@ class Strategy {
   StepGate gate_;  // empty: every update applies
 };
 
+// The strategy of opts.kind's row in the traits table.
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+// The strategy a traits row composes, for a row the table does not hold yet (a new
+// combination of the three parts, tried before it gets a name): row.shards_optimizer,
+// shards_grads and shards_params pick the parts, cuts_buckets_at_units the plan; opts.kind
+// (which must be row.kind) still names the device rule and the reports' label.
+std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts,
+                                        const StrategyTraits& row);
 
 }  // namespace rz

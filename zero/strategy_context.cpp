@@ -9,7 +9,8 @@
 
 namespace rz {
 
-StrategyContext::StrategyContext(GPT2& model, Communicator& comm, const StrategyOptions& opts)
+StrategyContext::StrategyContext(GPT2& model, Communicator& comm, const StrategyOptions& opts,
+                                 const StrategyTraits& row)
     : model(model),
       be(model.backend()),
       comm(comm),
@@ -21,8 +22,9 @@ StrategyContext::StrategyContext(GPT2& model, Communicator& comm, const Strategy
       grad_bytes(precision_bytes(model.precision())),
       nranks(comm.size()),
       rank(comm.rank()),
-      plan(strategy_bucket_plan(model.layout(), opts.kind, model.precision(), comm.size(), opts.bucket_mb,
-                                opts.buckets_per_unit)) {
+      // strategy_bucket_plan's rule, from the row itself.
+      plan(build_bucket_plan(model.layout(), opts.bucket_mb, precision_bytes(model.precision()), comm.size(),
+                             opts.buckets_per_unit || row.cuts_buckets_at_units)) {
   check_strategy_device(opts.kind, !arrays_on_host(), "device " + device_name(model.device()));
   RZ_CHECK(opts.buckets_in_flight >= 1, "buckets in flight: expected at least 1, found %d",
            opts.buckets_in_flight);

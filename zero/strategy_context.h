@@ -41,7 +41,8 @@ struct StepWindow {
 };
 
 struct StrategyContext {
-  StrategyContext(GPT2& model, Communicator& comm, const StrategyOptions& opts);
+  // The bucket plan is cut at units where `row` says so (or opts.buckets_per_unit).
+  StrategyContext(GPT2& model, Communicator& comm, const StrategyOptions& opts, const StrategyTraits& row);
 
   GPT2& model;
   Backend& be;        // the model's: gradients, shards and optimizer state live on its device
