@@ -154,8 +154,7 @@ std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const S
 
 std::unique_ptr<Strategy> make_strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts,
                                         const StrategyTraits& row) {
-  RZ_CHECK(row.kind == opts.kind, "make_strategy: a row of kind %d for options of kind %d",
-           static_cast<int>(row.kind), static_cast<int>(opts.kind));
+  RZ_ENFORCE_EQ(static_cast<int>(row.kind), static_cast<int>(opts.kind));  // the row names the strategy
   // The combinations the parts cannot make: a staged or sharded part updates only the owned
   // shard, and a sharded parameter store gathers whole units.
   RZ_CHECK(!row.shards_grads || row.shards_optimizer, "make_strategy: sharded gradients need a sharded optimizer");
