@@ -218,6 +218,11 @@ TEST_CASE("strategies refuse misuse with one-line errors") {
   o.bucket_mb = 0;
   REQUIRE_THROWS_WITH(make_strategy(model, *comms[0], o), Catch::Contains("expected a bucket size in MiB > 0, found 0"));
   o.bucket_mb = 1;
+  // A traits row the parts cannot compose (make_strategy's second form; test_zero3 trains one they can).
+  StrategyTraits row = strategy_traits(StrategyKind::zero2);
+  row.shards_optimizer = false;
+  REQUIRE_THROWS_WITH(make_strategy(model, *comms[0], o, row),
+                      Catch::Contains("sharded gradients need a sharded optimizer"));
   auto st = make_strategy(model, *comms[0], o);
   st->begin_micro_step(0, 1);
   REQUIRE_THROWS_WITH(st->end_micro_step(), Catch::Contains("backward reported"));
