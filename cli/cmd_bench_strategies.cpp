@@ -204,7 +204,7 @@ int bench_rank(const BenchArgs& a) {
   const StepSamples t = run_steps(a, env.rank, model, *st, *comm, timeline);
   timeline.finish(*comm);
   std::vector<float> params(model.layout().total);
-  st->params_f32(params.data());  // collective: zero3 gathers them
+  st->checkpoint_state().params_f32(params.data());  // collective: zero3 gathers them
   HostCollectives host_comm(*comm, model.backend());
   const std::vector<double> rank_cpu_ms = all_gather_partials(host_comm, median(t.step_cpu_ms));
   if (env.rank == 0) {

@@ -45,7 +45,7 @@ struct ModelOptions {
 };
 
 // Where the parameters come from when the model does not hold them all (ZeRO-3,
-// zero/zero3.h). The model acquires a unit (param_unit_ranges in model/layout.h) right
+// zero/sharded_params.h). The model acquires a unit (param_unit_ranges in model/layout.h) right
 // before it reads the unit's parameters and releases it right after; `next` is the unit it
 // will acquire next (-1: none), which the gate may start fetching now. acquire returns the
 // unit's first element (its tensors then lie at their layout offsets minus the unit's

@@ -163,7 +163,7 @@ TEST_CASE("saving and loading a checkpoint hold at most about one bucket beyond 
       // Save on 2 ranks.
       Ranks two(2, kind, prec, 7);
       train_one_step(two);
-      const size_t chunk_bytes = two.strategies[0]->state_chunk_elems() * sizeof(float);
+      const size_t chunk_bytes = two.strategies[0]->checkpoint_state().state_chunk_elems() * sizeof(float);
       // One chunk of scratch per rank plus the file code's small fixed buffers; a full-size
       // fp32 copy of the parameters (or of one rank's optimizer state) is far above it.
       const size_t per_rank = chunk_bytes + (size_t{128} << 10);
@@ -194,7 +194,7 @@ TEST_CASE("saving and loading a checkpoint hold at most about one bucket beyond 
 
       // model.bin is the llm.c file of the parameters, as before (read back whole here).
       std::vector<float> params(total);
-      two.on_threads([&](int r) { two.strategies[static_cast<size_t>(r)]->params_f32(r == 0 ? params.data() : nullptr); });
+      two.on_threads([&](int r) { two.strategies[static_cast<size_t>(r)]->checkpoint_state().params_f32(r == 0 ? params.data() : nullptr); });
       const ModelFile mf = read_model_file((dir / "model.bin").string());
       CHECK((mf.params == params));  // (parenthesised: Catch would print 3M floats)
 
@@ -222,12 +222,12 @@ TEST_CASE("saving and loading a checkpoint hold at most about one bucket beyond 
         CHECK(load_excess <= per_rank);
         std::printf("%s %s load rank %d of 3: %zu bytes beyond the state (bound %zu)\n", strategy_name(kind),
                     precision_name(prec), r, load_excess, per_rank);
-        CHECK(st.optimizer_step() == 1);
+        CHECK(st.checkpoint_state().optimizer_step() == 1);
         std::vector<float> master, m, v;
-        st.get_optimizer_state(master, m, v);
+        st.checkpoint_state().get_optimizer_state(master, m, v);
         size_t k = 0;
         bool same = true;
-        for (auto [b, e] : st.owned_ranges())
+        for (auto [b, e] : st.checkpoint_state().owned_ranges())
           for (size_t i = b; i < e; ++i, ++k)
             same = same && master[k] == full[0][i] && m[k] == full[1][i] && v[k] == full[2][i];
         CHECK(same);
@@ -235,7 +235,7 @@ TEST_CASE("saving and loading a checkpoint hold at most about one bucket beyond 
       }
       // Every new rank's parameters: the saved master weights (rounded to bf16 in bf16).
       std::vector<std::vector<float>> got(3, std::vector<float>(total));
-      three.on_threads([&](int r) { three.strategies[static_cast<size_t>(r)]->params_f32(got[static_cast<size_t>(r)].data()); });
+      three.on_threads([&](int r) { three.strategies[static_cast<size_t>(r)]->checkpoint_state().params_f32(got[static_cast<size_t>(r)].data()); });
       for (int r = 0; r < 3; ++r) CHECK((got[static_cast<size_t>(r)] == params));
       fs::remove_all(dir);
     }

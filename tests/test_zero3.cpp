@@ -1,4 +1,4 @@
-// Tests of zero3 (zero/zero3.h) on thread ranks with a tiny GPT-2:
+// Tests of zero3 (zero/sharded_params.h, composed by zero/composed_strategy.h) on thread ranks with a tiny GPT-2:
 //   - fp32 without accumulation: zero3 == ddp bitwise (N = 2, 3; ddp on zero3's buckets,
 //     which are cut at unit boundaries), with small buckets, one tensor per bucket and one
 //     bucket per unit; and zero3 == zero2 bitwise in bf16;
@@ -12,7 +12,7 @@
 
 #include "comm/factory.h"
 #include "model/layout.h"
-#include "zero/zero3.h"
+#include "zero/sharded_params.h"
 #include "zero_harness.h"
 
 using namespace rz;
@@ -45,6 +45,41 @@ TEST_CASE("fp32, no accumulation: zero3 == ddp bitwise, N = 2 and 3") {
       REQUIRE(z3.losses[0] == ddp.losses[0]);
       REQUIRE(ddp.losses[0].back() < ddp.losses[0].front());  // it trains
     }
+  }
+}
+
+// A combination no --strategy names yet is a traits row, not a class: zero3's sharded
+// parameters (gathered per unit) with zero1's gradient sync (full buffer, reduce-scatter at
+// the last micro-step). In fp32 without accumulation zero1's reduce-scatter gives the owned
+// shard zero2's staged one gives, so the row trains bitwise like zero3.
+TEST_CASE("a new traits row composes the parts: zero3's parameters with zero1's gradient sync") {
+  StrategyTraits row = strategy_traits(StrategyKind::zero3);
+  row.shards_grads = false;
+  for (int n : {2, 3}) {
+    INFO("N = " << n);
+    RunSpec spec;
+    spec.nranks = n;
+    spec.steps = 4;
+    spec.kind = StrategyKind::zero3;
+    RunResult z3 = run_ranks(spec);
+    spec.row = &row;
+    RunResult composed = run_ranks(spec, [&](int, Strategy& st, const StepStats&) {
+      REQUIRE(st.grad_sync().kind() == GradSyncKind::reduce_scatter_last);
+      REQUIRE(st.param_store().kind() == ParamStoreKind::sharded);
+      // Each part counts its own bytes: zero1's full buffer and owned shard, zero3's
+      // owned parameter shard and gathered units, the owned optimizer state (fp32: m, v).
+      const BucketPlan& plan = st.bucket_plan();
+      const ExactStateBytes e = st.state_bytes();
+      REQUIRE(e.grads == (plan.padded_total + plan.owned_numel()) * sizeof(float));
+      REQUIRE(e.staging == 0);
+      REQUIRE(e.params == plan.owned_numel() * sizeof(float) + e.gathered);
+      REQUIRE(e.gathered == st.param_store().gather_pool().total_elems() * sizeof(float));
+      REQUIRE(e.adam_m == plan.owned_numel() * sizeof(float));
+    });
+    require_ranks_agree(composed);
+    REQUIRE(bitwise_equal(composed.params[0], z3.params[0]));
+    REQUIRE(composed.norms[0] == z3.norms[0]);
+    REQUIRE(composed.losses[0] == z3.losses[0]);
   }
 }
 
@@ -119,11 +154,12 @@ TEST_CASE("a zero3 model reads parameters only through its strategy") {
     REQUIRE(model.params() == nullptr);
     std::vector<float> p(model.layout().total);
     REQUIRE_THROWS_WITH(model.get_params_f32(p.data()), Catch::Contains("sharded (ZeRO-3)"));
-    st->params_f32(p.data());  // one rank: the gathers are copies
+    st->checkpoint_state().params_f32(p.data());  // one rank: the gathers are copies
     REQUIRE(bitwise_equal(p, before));
     std::vector<int> tok(16, 3);
     REQUIRE(std::isfinite(model.forward(tok.data(), tok.data(), 1, 16)));
-    auto* gate = dynamic_cast<ParamGate*>(st.get());
+    // The gate is the strategy's parameter store (zero/sharded_params.h).
+    auto* gate = dynamic_cast<ParamGate*>(const_cast<ParamStore*>(&st->param_store()));
     REQUIRE(gate != nullptr);
     REQUIRE_THROWS_WITH(gate->release(0), Catch::Contains("not acquired"));
     REQUIRE_THROWS_WITH(gate->acquire(99, -1), Catch::Contains("outside"));

@@ -9,6 +9,7 @@
 #include "model/layout.h"
 #include "zero/buckets.h"
 #include "zero/memory/formula.h"
+#include "zero/staged_grads.h"
 #include "zero/strategy.h"
 
 using namespace rz;

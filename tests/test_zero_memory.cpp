@@ -13,7 +13,7 @@
 
 #include "base/check.h"
 #include "zero/memory/report.h"
-#include "zero/zero3.h"
+#include "zero/sharded_params.h"
 #include "run_ringzero.h"
 #include "zero_harness.h"
 
@@ -248,8 +248,8 @@ TEST_CASE("zero3's measured parameter, gradient and optimizer bytes equal its fo
         so.bucket_mb = mb;
         auto st = make_strategy(model, comm, so);
         auto held = [&](MemTag t) { return mt.current(t) - before[static_cast<int>(t)]; };
-        const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), StrategyKind::zero3, prec, st->staging_pool(),
-                                                    false, st->gather_pool());
+        const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), StrategyKind::zero3, prec, st->grad_sync().staging_pool(),
+                                                    false, st->param_store().gather_pool());
         const size_t P = model.layout().total, pb = precision_bytes(prec);
         // The model's full parameter buffer is gone; the owned shard and the gathered units remain.
         CHECK(mt.current(MemTag::params) + P * pb - before[static_cast<int>(MemTag::params)] == e.params);
@@ -295,17 +295,18 @@ TEST_CASE("no full-size temporaries at start-up or when reading the optimizer st
       so.kind = k;
       so.bucket_mb = 0.25;
       auto st = make_strategy(model, comm, so);
-      const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), k, prec, st->staging_pool(), false, st->gather_pool());
+      const ExactStateBytes e = exact_state_bytes(st->bucket_plan(), k, prec, st->grad_sync().staging_pool(), false,
+                                                  st->param_store().gather_pool());
       const size_t kept = e.total() - (k == StrategyKind::zero3 ? 0 : e.params);  // the model's params were there before
       CHECK(mt.peak_total() - before <= kept);
       CHECK(mt.peak(MemTag::workspace) == mt.current(MemTag::workspace));
       const size_t after_init = mt.current_total();
       mt.reset_peaks();
       std::vector<float> master, m, v;
-      st->get_optimizer_state(master, m, v);
+      st->checkpoint_state().get_optimizer_state(master, m, v);
       CHECK(mt.peak_total() == after_init);
       size_t owned = 0;
-      for (auto [b, e2] : st->owned_ranges()) owned += e2 - b;
+      for (auto [b, e2] : st->checkpoint_state().owned_ranges()) owned += e2 - b;
       CHECK(master.size() == owned);
       CHECK(m.size() == owned);
     }

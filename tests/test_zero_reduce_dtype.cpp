@@ -83,7 +83,7 @@ TEST_CASE("the fp32 reduce buffers are what wide_reduce_pool and predicted_state
     const uint64_t before = MemoryTracker::global().current(MemTag::comm);
     auto plain = make_strategy(model, *comms[0], o);
     const uint64_t plain_comm = MemoryTracker::global().current(MemTag::comm) - before;
-    CHECK(plain->wide_pool().buffers == 0);
+    CHECK(plain->grad_sync().wide_pool().buffers == 0);
     plain.reset();
     o.grad_reduce_fp32 = true;
     auto wide = make_strategy(model2, *comms[0], o);
@@ -91,7 +91,7 @@ TEST_CASE("the fp32 reduce buffers are what wide_reduce_pool and predicted_state
     const WidePool want = wide_reduce_pool(wide->bucket_plan(), 3);
     CHECK(want.buffers == 3);
     CHECK(want.elems == wide->bucket_plan().max_padded);
-    CHECK(wide->wide_pool().bytes() == want.bytes());
+    CHECK(wide->grad_sync().wide_pool().bytes() == want.bytes());
     CHECK(wide_comm - plain_comm == want.bytes());
     const ExactStateBytes e = predicted_state_bytes(model.layout(), cfg.num_layers, k, Precision::bf16, 1, 0.02, 3,
                                                     false, nullptr, true);

@@ -14,7 +14,7 @@
 #include "model/layout.h"
 #include "zero/buckets.h"
 #include "zero/memory/formula.h"
-#include "zero/zero2.h"
+#include "zero/staged_grads.h"
 #include "zero_harness.h"
 
 using namespace rz;
@@ -187,7 +187,7 @@ TEST_CASE("zero2 gradient memory equals the formula and is smaller than ddp's") 
       size_t staging_seen = 0;
       run_ranks(spec, [&](int r, Strategy& st, const StepStats&) {
         if (r == 0 && k == StrategyKind::zero2)
-          staging_seen = dynamic_cast<Zero2Strategy&>(st).staging_bytes();
+          staging_seen = dynamic_cast<const StagedGrads&>(st.grad_sync()).staging_bytes();
       });
       grads_peak[k] = (mt.peak(MemTag::grads) - grads_before) / N;  // all ranks share the tracker
       staging[k] = staging_seen;
@@ -218,6 +218,11 @@ TEST_CASE("strategies refuse misuse with one-line errors") {
   o.bucket_mb = 0;
   REQUIRE_THROWS_WITH(make_strategy(model, *comms[0], o), Catch::Contains("expected a bucket size in MiB > 0, found 0"));
   o.bucket_mb = 1;
+  // A traits row the parts cannot compose (make_strategy's second form; test_zero3 trains one they can).
+  StrategyTraits row = strategy_traits(StrategyKind::zero2);
+  row.shards_optimizer = false;
+  REQUIRE_THROWS_WITH(make_strategy(model, *comms[0], o, row),
+                      Catch::Contains("sharded gradients need a sharded optimizer"));
   auto st = make_strategy(model, *comms[0], o);
   st->begin_micro_step(0, 1);
   REQUIRE_THROWS_WITH(st->end_micro_step(), Catch::Contains("backward reported"));

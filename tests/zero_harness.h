@@ -35,6 +35,8 @@ struct RunSpec {
   // The step gate of every rank (zero/strategy.h): gate(rank, step, grad_norm); empty: none.
   std::function<bool(int, int, double)> gate;
   ModelConfig config = model_preset("tiny");  // the model every rank trains
+  // A traits row to compose instead of kind's (make_strategy's second form); null: kind's row.
+  const StrategyTraits* row = nullptr;
 };
 
 struct RunResult {
@@ -81,7 +83,8 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
   for (int r = 0; r < N; ++r) {
     models.push_back(std::make_unique<GPT2>(cfg, mopts));
     models.back()->init_random(1234);
-    strategies.push_back(make_strategy(*models.back(), *comms[r], sopts));
+    strategies.push_back(spec.row != nullptr ? make_strategy(*models.back(), *comms[r], sopts, *spec.row)
+                                             : make_strategy(*models.back(), *comms[r], sopts));
   }
   RunResult res;
   res.params.resize(N);
@@ -122,7 +125,7 @@ RunResult run_ranks_with_comm(const RunSpec& spec, Hook hook) {
           if (step == 0) hook(r, st, s, *comms[r], model);
         }
         res.params[r].resize(model.layout().total);
-        st.params_f32(res.params[r].data());  // collective (zero3 gathers)
+        st.checkpoint_state().params_f32(res.params[r].data());  // collective (zero3 gathers)
       } catch (...) {
         errors[r] = std::current_exception();
       }

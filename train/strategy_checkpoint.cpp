@@ -2,8 +2,8 @@
 //
 // Three owners, one concern each: train/checkpoint.cpp owns the files (their format,
 // atomic writes, checksums, verification, reading the ranges a rank needs) and knows no
-// strategy; each strategy owns its arrays and streams them in chunks (the "checkpoint
-// state" part of zero/ddp.cpp, sharded.cpp, zero3.cpp and strategy.cpp); this file joins
+// strategy; each strategy owns its arrays and streams them in chunks through its CheckpointState
+// (zero/checkpoint_state.h, zero/strategy_state.cpp); this file joins
 // the two for the trainer: which ranges and step go in a rank's header, which chunks go
 // to which setter on resume, and the model's files (model/saved_model.h) from the strategy's
 // parameter chunks.
@@ -16,7 +16,8 @@
 
 namespace rz {
 
-void save_strategy_state(const std::string& path, const Strategy& st, RankState header) {
+void save_strategy_state(const std::string& path, const Strategy& strategy, RankState header) {
+  const CheckpointState& st = strategy.checkpoint_state();
   header.optimizer_step = st.optimizer_step();
   header.ranges.clear();
   for (const auto& [b, e] : st.owned_ranges()) header.ranges.emplace_back(b, e);
@@ -25,7 +26,8 @@ void save_strategy_state(const std::string& path, const Strategy& st, RankState 
   });
 }
 
-std::string save_model_file(const std::string& dir, Strategy& st, const GPT2Config& cfg, Precision precision) {
+std::string save_model_file(const std::string& dir, Strategy& strategy, const GPT2Config& cfg, Precision precision) {
+  CheckpointState& st = strategy.checkpoint_state();
   std::string error;
   std::unique_ptr<SavedModelWriter> out;
   const std::string& path = dir;
@@ -55,7 +57,8 @@ std::string save_model_file(const std::string& dir, Strategy& st, const GPT2Conf
   return error;
 }
 
-void restore_strategy_state(const LoadedCheckpoint& ck, Strategy& st) {
+void restore_strategy_state(const LoadedCheckpoint& ck, Strategy& strategy) {
+  CheckpointState& st = strategy.checkpoint_state();
   StateTarget target;
   for (const auto& [b, e] : st.param_ranges()) target.master_ranges.emplace_back(b, e);
   for (const auto& [b, e] : st.owned_ranges()) target.moment_ranges.emplace_back(b, e);

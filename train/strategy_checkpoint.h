@@ -3,7 +3,7 @@
 // The trainer's save and resume go through these three functions, and so does the test
 // that holds them to bounded memory (tests/test_train_checkpoint_memory.cpp): between a
 // file and the strategy's own arrays there is never more than one scratch chunk
-// (Strategy::state_chunk_elems() floats, MemTag::workspace) plus the file code's small
+// (CheckpointState::state_chunk_elems() floats, MemTag::workspace) plus the file code's small
 // fixed buffers.
 #pragma once
 

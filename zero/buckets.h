@@ -1,6 +1,6 @@
 // zero/buckets.h: gradient buckets and the shard each rank owns.
 //
-// Terms (used the same way in ddp.cpp, zero1.cpp, zero2.cpp and the tests):
+// Terms (used the same way in grad_sync.cpp, staged_grads.cpp, optimizer_state.cpp and the tests):
 //   layout    the model's flat parameter buffer, in gradient-ready order (model/layout.h).
 //   bucket    a run of consecutive WHOLE tensors of the layout. Buckets are cut greedily in
 //             layout order: the next tensor joins the current bucket unless that would

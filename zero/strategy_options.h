@@ -69,7 +69,7 @@ struct AdamWConfig {
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::ddp;
   double bucket_mb = 25.0;     // bucket capacity in MiB of gradients (PyTorch DDP's bucket_cap_mb)
-  int buckets_in_flight = 2;   // zero2: staging buckets reduce-scattering at once (raised when too few; zero2.h)
+  int buckets_in_flight = 2;   // zero2: staging buckets reduce-scattering at once (raised when too few; staged_grads.h)
   bool grad_shard_fp32 = false;  // zero2, bf16 mode: keep the owned gradient shard in fp32
                                  // (exact accumulation over micro-steps; 4/N instead of 2/N bytes/param)
   bool grad_reduce_fp32 = false;  // bf16 mode: gradient buckets travel and are summed in fp32

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "base/check.h"
-#include "zero/zero2.h"
+#include "zero/optimizer_state.h"
+#include "zero/sharded_params.h"
+#include "zero/staged_grads.h"
 
 namespace rz {
 
@@ -33,31 +35,12 @@ PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nrank
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
                                   const StagingPool& staging, bool grad_shard_fp32,
                                   const GatherPool& gathered, const WidePool& wide) {
-  const size_t pb = precision_bytes(precision);
-  const bool bf16 = precision == Precision::bf16;
-  const size_t owned = plan.owned_numel();
+  // Each part of the strategy this row composes counts its own (zero/strategy.h).
   const StrategyTraits& t = strategy_traits(kind);
   ExactStateBytes e;
-  if (t.shards_params) {
-    // The owned parameter shard plus the gathered units in flight.
-    e.gathered = gathered.total_elems() * pb;
-    e.params = owned * pb + e.gathered;
-  } else {
-    e.params = plan.total * pb;
-  }
-  if (t.shards_grads) {
-    // The owned shard (model precision, or fp32) and the staging buckets in flight.
-    e.grads = owned * (grad_shard_fp32 ? 4 : pb);
-    e.staging = staging.total_elems() * pb;
-  } else {
-    // The full padded buffer, plus the reduce-scattered owned shard where the optimizer is
-    // sharded (zero1), both in model precision.
-    e.grads = (plan.padded_total + (t.shards_optimizer ? owned : 0)) * pb;
-  }
-  const size_t optimized = t.shards_optimizer ? owned : plan.total;  // elements with master, m, v
-  e.master = bf16 ? optimized * 4 : 0;
-  e.adam_m = e.adam_v = optimized * 4;
-  e.wide = wide.bytes();
+  param_store_bytes(param_store_kind(t), plan, precision, gathered, e);
+  grad_sync_bytes(grad_sync_kind(t), plan, precision, staging, grad_shard_fp32, wide, e);
+  optimizer_state_bytes(t.shards_optimizer, plan, precision, e);
   return e;
 }
 
@@ -73,7 +56,8 @@ ExactStateBytes predicted_state_bytes(const BucketPlan& plan, const ParamLayout&
                                       StrategyKind kind, Precision precision, int buckets_in_flight,
                                       bool grad_shard_fp32, StagingPool* pool_out, bool grad_reduce_fp32) {
   const StrategyTraits& t = strategy_traits(kind);
-  // The same pool rules Zero2Strategy and Zero3Strategy allocate by, for the plan they would build.
+  // The same pool rules the staged gradient sync and the sharded parameter store allocate
+  // by, for the plan the strategy would build.
   const StagingPool pool = t.shards_grads ? zero2_staging_pool(layout, plan, buckets_in_flight) : StagingPool{};
   const GatherPool gathered = t.shards_params ? zero3_gather_pool(layout, num_layers) : GatherPool{};
   if (pool_out) *pool_out = pool;

@@ -36,7 +36,10 @@
 
 #include "model/config.h"
 #include "zero/buckets.h"
-#include "zero/strategy.h"
+#include "zero/grad_sync.h"
+#include "zero/param_store.h"
+#include "zero/state_bytes.h"
+#include "zero/strategy_options.h"
 
 namespace rz {
 
@@ -52,24 +55,14 @@ PerParamBytes paper_formula(StrategyKind kind, Precision precision, int nranks);
 PerParamBytes ringzero_formula(StrategyKind kind, Precision precision, int nranks,
                                bool grad_shard_fp32 = false);
 
-// Exact bytes ringzero allocates per tag on one rank for a bucket plan (padding included).
+// Exact bytes ringzero allocates per tag on one rank for a bucket plan (padding included):
+// ExactStateBytes (zero/state_bytes.h), each part's fields from that part's own rule.
 // These are the numbers the measured report must equal.
-struct ExactStateBytes {
-  size_t params = 0;   // MemTag::params (owned by the model)
-  size_t grads = 0;    // MemTag::grads: full padded buffer (ddp, zero1) or owned shard (zero2)
-  size_t master = 0;   // MemTag::master: fp32 master weights (bf16 mode only)
-  size_t adam_m = 0;   // MemTag::adam_m
-  size_t adam_v = 0;   // MemTag::adam_v
-  size_t staging = 0;  // MemTag::comm held by the strategy: zero2's and zero3's staging pool
-  size_t gathered = 0;  // zero3: the part of `params` that is gathered-unit buffers (working set)
-  size_t wide = 0;      // MemTag::comm: the fp32 reduce buffers of --grad-reduce-dtype fp32 (zero/wide_reduce.h)
-  size_t total() const { return params + grads + master + adam_m + adam_v + staging + wide; }
-};
-// staging: zero2's pool for this plan (Strategy::staging_pool(), or zero2_staging_pool()
+// staging: zero2's pool for this plan (GradSync::staging_pool(), or zero2_staging_pool()
 // for a strategy not built); ignored for ddp and zero1.
-// gathered: zero3's working set (Strategy::gather_pool() or zero3_gather_pool()); ignored
+// gathered: zero3's working set (ParamStore::gather_pool() or zero3_gather_pool()); ignored
 // for the others.
-// wide: the fp32 reduce buffers (Strategy::wide_pool() or wide_reduce_pool()); empty unless
+// wide: the fp32 reduce buffers (GradSync::wide_pool() or wide_reduce_pool()); empty unless
 // a bf16 run reduces in fp32.
 ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Precision precision,
                                   const StagingPool& staging, bool grad_shard_fp32 = false,
@@ -77,7 +70,7 @@ ExactStateBytes exact_state_bytes(const BucketPlan& plan, StrategyKind kind, Pre
 
 // What a strategy would allocate on one rank for a model shape, without building it: the
 // plan it builds (zero3's cut at units), zero2's / zero3's staging pool, zero3's gathered
-// units. For estimators that loop over kStrategyKinds (`ringzero memory`, the planner).
+// units, each asked of the part that owns it (zero/staged_grads.h, zero/sharded_params.h). For estimators that loop over kStrategyKinds (`ringzero memory`, the planner).
 ExactStateBytes predicted_state_bytes(const ParamLayout& layout, int num_layers, StrategyKind kind,
                                       Precision precision, int nranks, double bucket_mb, int buckets_in_flight,
                                       bool grad_shard_fp32 = false, StagingPool* pool_out = nullptr,

@@ -87,7 +87,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   ModelOptions mo{in.precision, in.recompute};
   mo.attention = in.attention;
   p.activations = GPT2::activation_bytes(in.cfg, mo, in.batch, T);
-  if (t.shards_optimizer && in.nranks > 1) {
+  if (grad_sync_kind(t) != GradSyncKind::all_reduce && in.nranks > 1) {
     // The ring's ReduceScatter work buffer (comm/ring/ring.h), grown to the largest
     // bucket's; AllReduce (ddp) and AllGather work in place.
     const size_t esz = in.grad_reduce_fp32 ? sizeof(float) : pb;
@@ -95,7 +95,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
       p.ring_work = std::max(p.ring_work, ring_scratch_bytes(b.padded, in.nranks, esz));
   }
   if (in.cpu) p.kernel_scratch = cpu_kernel_scratch(in, T);
-  if (t.shards_params) {
+  if (param_store_kind(t) == ParamStoreKind::sharded) {
     // The model's full parameter buffer exists until zero3 takes its shard over, and by
     // then zero3 has allocated all it keeps except AdamW's m and v, which it allocates
     // after the full buffer is gone (the strategy's start-up itself goes bucket by bucket,

@@ -16,7 +16,8 @@
 //                  start-up goes bucket by bucket).
 // peak() = max(states + activations + working, start-up). The planner test
 // (tests/test_train_memory_plan.cpp) holds it to the tracker's measured peak of a real step.
-// Strategies come from kStrategyKinds and predicted_state_bytes: a new strategy there appears
+// Strategies come from kStrategyKinds and predicted_state_bytes, which asks each part of a
+// strategy (gradient sync, optimizer state, parameter store) for its bytes: a new row there appears
 // in the planner without edits here.
 #pragma once
 

@@ -34,16 +34,15 @@ MemoryReport gather_memory_report(Communicator& comm, GPT2& model, const Strateg
   rep.nranks = comm.size();
   rep.transport = comm.transport_name();
   const BucketPlan& plan = strategy.bucket_plan();
-  const StagingPool pool = strategy.staging_pool();
+  const StagingPool pool = strategy.grad_sync().staging_pool();
   rep.num_params = model.layout().total;
   rep.num_buckets = plan.buckets.size();
   rep.pool_size = pool.general;
   rep.wte_bucket_bytes = pool.reserved_elems * precision_bytes(rep.precision);
   rep.formula = ringzero_formula(rep.kind, rep.precision, rep.nranks, strategy.options().grad_shard_fp32);
   rep.paper = paper_formula(rep.kind, rep.precision, rep.nranks);
-  rep.expected = exact_state_bytes(plan, rep.kind, rep.precision, pool, strategy.options().grad_shard_fp32,
-                                   strategy.gather_pool(), strategy.wide_pool());
-  rep.wide_buffers = strategy.wide_pool().buffers;
+  rep.expected = strategy.state_bytes();  // each part's own count
+  rep.wide_buffers = strategy.grad_sync().wide_pool().buffers;
   rep.recompute = model.recompute();
   rep.activations = model.activation_capacity_bytes();
 

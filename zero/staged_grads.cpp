@@ -1,4 +1,5 @@
-#include "zero/zero2.h"
+// zero/staged_grads.cpp: the staging pool's rule, and zero2's / zero3's gradient sync over it.
+#include "zero/staged_grads.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,6 +7,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/clock.h"
 
 namespace rz {
 
@@ -41,36 +43,35 @@ StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan
   return pool;
 }
 
-Zero2Strategy::Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments)
-    : ShardedStrategy(model, comm, opts, defer_moments) {
-  pool_ = zero2_staging_pool(layout_, plan_, opts.buckets_in_flight);
+StagedGrads::StagedGrads(StrategyContext& cx) : GradSync(cx) {
+  pool_ = zero2_staging_pool(cx.layout, cx.plan, cx.opts.buckets_in_flight);
   pool_size_ = pool_.general;
-  const Device dev = model.device();
+  const Device dev = cx.model.device();
   staging_.resize(pool_size_ + 1);
-  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, pool_.general_elems[s] * grad_bytes_, dev);
-  staging_[pool_size_].allocate(MemTag::comm, pool_.reserved_elems * grad_bytes_, dev);
+  for (int s = 0; s < pool_size_; ++s) staging_[s].allocate(MemTag::comm, pool_.general_elems[s] * cx.grad_bytes, dev);
+  staging_[pool_size_].allocate(MemTag::comm, pool_.reserved_elems * cx.grad_bytes, dev);
   busy_.assign(pool_size_ + 1, false);
   sent_.assign(pool_size_ + 1, false);
   read_.assign(pool_size_ + 1, nullptr);
   for (int s = pool_size_ - 1; s >= 0; --s) free_.push_back(s);
-  slot_of_.assign(plan_.buckets.size(), -1);
-  owned_dtype_ = opts.grad_shard_fp32 ? DType::f32 : grad_dtype_;
-  owned_grads_.allocate(MemTag::grads, plan_.owned_numel() * dtype_size(owned_dtype_), dev);
+  slot_of_.assign(cx.plan.buckets.size(), -1);
+  owned_dtype_ = cx.opts.grad_shard_fp32 ? DType::f32 : cx.grad_dtype;
+  owned_grads_.allocate(MemTag::grads, cx.plan.owned_numel() * dtype_size(owned_dtype_), dev);
 }
 
-size_t Zero2Strategy::staging_bytes() const {
+size_t StagedGrads::staging_bytes() const {
   size_t total = 0;
   for (const auto& s : staging_) total += s.bytes();
   return total;
 }
 
-void Zero2Strategy::begin_micro() { std::fill(slot_of_.begin(), slot_of_.end(), -1); }
+void StagedGrads::begin_micro() { std::fill(slot_of_.begin(), slot_of_.end(), -1); }
 
-int Zero2Strategy::acquire_slot(int b) {
-  const bool reserved = b == static_cast<int>(plan_.buckets.size()) - 1;
+int StagedGrads::acquire_slot(int b) {
+  const bool reserved = b == static_cast<int>(cx_.plan.buckets.size()) - 1;
   auto t0 = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  const size_t need = plan_.buckets[b].padded;
+  const size_t need = cx_.plan.buckets[b].padded;
   // Best fit: the smallest free general buffer that holds the bucket (free_ position), or -1.
   auto best_fit = [&] {
     int best = -1;
@@ -94,7 +95,7 @@ int Zero2Strategy::acquire_slot(int b) {
     if (available()) break;
     // A failed collective never releases its buffer: surface its error instead of waiting.
     lock.unlock();
-    for (auto& w : grad_work_)
+    for (auto& w : work_)
       if (w->done()) w->wait();
     lock.lock();
   }
@@ -108,35 +109,44 @@ int Zero2Strategy::acquire_slot(int b) {
   sent_[slot] = false;
   std::shared_ptr<void> read = std::move(read_[slot]);
   lock.unlock();
-  exposed_s_ += seconds_since(t0);
-  be_.wait_for(read);  // GPU: the last reduce-scatter and accumulate from this buffer are done
-  be_.zero(slot_data(slot), plan_.buckets[b].padded * grad_bytes_);
+  cx_.window.exposed_s += seconds_since(t0);
+  cx_.be.wait_for(read);  // GPU: the last reduce-scatter and accumulate from this buffer are done
+  cx_.be.zero(slot_data(slot), cx_.plan.buckets[b].padded * cx_.grad_bytes);
   return slot;
 }
 
-void* Zero2Strategy::grad_ptr(size_t offset, size_t count) {
-  RZ_CHECK(count > 0 && offset + count <= plan_.total, "grad_ptr: range [%zu, +%zu) outside %zu",
-           offset, count, plan_.total);
-  const int b = plan_.bucket_of(offset);
-  const Bucket& bk = plan_.buckets[b];
+void StagedGrads::release_slot(int slot, std::shared_ptr<void> read) {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_[slot] = false;
+  sent_[slot] = false;
+  read_[slot] = std::move(read);
+  if (slot < pool_size_) free_.push_back(slot);
+  released_.notify_all();
+}
+
+void* StagedGrads::grad_ptr(size_t offset, size_t count) {
+  RZ_CHECK(count > 0 && offset + count <= cx_.plan.total, "grad_ptr: range [%zu, +%zu) outside %zu",
+           offset, count, cx_.plan.total);
+  const int b = cx_.plan.bucket_of(offset);
+  const Bucket& bk = cx_.plan.buckets[b];
   RZ_CHECK(offset + count <= bk.end, "grad_ptr: range [%zu, +%zu) crosses bucket %d's end %zu",
            offset, count, b, bk.end);
   RZ_CHECK(slot_of_[b] != -2, "grad_ptr: bucket %d was already reported ready in this backward", b);
   if (slot_of_[b] < 0) slot_of_[b] = acquire_slot(b);
-  return slot_data(slot_of_[b]) + (offset - bk.begin) * grad_bytes_;
+  return slot_data(slot_of_[b]) + (offset - bk.begin) * cx_.grad_bytes;
 }
 
-void Zero2Strategy::submit_bucket(int b) {
+void StagedGrads::submit_bucket(int b, int micro) {
   if (slot_of_[b] < 0) slot_of_[b] = acquire_slot(b);  // no gradient written: send zeros
   const int slot = slot_of_[b];
   slot_of_[b] = -2;
-  const Bucket& bk = plan_.buckets[b];
+  const Bucket& bk = cx_.plan.buckets[b];
   unsigned char* in = slot_data(slot);
   // In place: the reduced shard replaces this rank's own chunk of the bucket.
-  unsigned char* shard = in + static_cast<size_t>(rank_) * bk.shard * grad_bytes_;
-  unsigned char* owned = owned_grads_.data() + plan_.owned_offset(b) * dtype_size(owned_dtype_);
-  const bool first = micro_ == 0;
-  const DType dt = grad_dtype_, odt = owned_dtype_;
+  unsigned char* shard = in + static_cast<size_t>(cx_.rank) * bk.shard * cx_.grad_bytes;
+  unsigned char* owned = owned_grads_.data() + cx_.plan.owned_offset(b) * dtype_size(owned_dtype_);
+  const bool first = micro == 0;
+  const DType dt = cx_.grad_dtype, odt = owned_dtype_;
   {
     std::lock_guard<std::mutex> lock(mu_);
     sent_[slot] = true;
@@ -150,62 +160,49 @@ void Zero2Strategy::submit_bucket(int b) {
   // (acquire_slot). Elsewhere it runs on the comm thread after the reduce-scatter, with
   // stream null (the CPU: the fold is done when it returns; a mark is null).
   OnDone done = OnDone::on_stream([this, slot, shard, owned, n = bk.shard, first, dt, odt](void* stream) {
-    Backend::StreamScope on(be_, stream);
+    Backend::StreamScope on(cx_.be, stream);
     if (odt == DType::bf16)
-      be_.accumulate_bf16(reinterpret_cast<bf16*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
+      cx_.be.accumulate_bf16(reinterpret_cast<bf16*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
     else if (dt == DType::f32)
-      be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const float*>(shard), n, first);
+      cx_.be.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const float*>(shard), n, first);
     else
-      be_.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
-    std::shared_ptr<void> read = be_.mark(stream);
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_[slot] = false;
-    sent_[slot] = false;
-    read_[slot] = std::move(read);
-    if (slot < pool_size_) free_.push_back(slot);
-    released_.notify_all();
+      cx_.be.accumulate_f32(reinterpret_cast<float*>(owned), reinterpret_cast<const bf16*>(shard), n, first);
+    release_slot(slot, cx_.be.mark(stream));
   });
-  grad_work_.push_back(comm_.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
+  work_.push_back(cx_.comm.reduce_scatter_async(in, shard, bk.padded, dt, ReduceOp::avg, done));
 }
 
 // --grad-reduce-dtype fp32 (zero/wide_reduce.h): the staging bucket is widened into an fp32
 // buffer and reduce-scattered there in place; the fp32 shard is folded into the owned
 // gradient (fp32: added exactly; bf16: rounded once, then added as the bf16 path adds, the
 // staging buffer, no longer needed, holding the rounded shard), then both buffers go back.
-void Zero2Strategy::submit_wide(int b, int slot, unsigned char* owned, bool first) {
-  const Bucket& bk = plan_.buckets[b];
+void StagedGrads::submit_wide(int b, int slot, unsigned char* owned, bool first) {
+  const Bucket& bk = cx_.plan.buckets[b];
   float* wide = nullptr;
   const int i = widen_bucket(b, slot_data(slot), &wide);
-  float* shard = wide + static_cast<size_t>(rank_) * bk.shard;
+  float* shard = wide + static_cast<size_t>(cx_.rank) * bk.shard;
   bf16* narrow = reinterpret_cast<bf16*>(slot_data(slot));  // (shard) scratch once widened
   const DType odt = owned_dtype_;
   OnDone done = OnDone::on_stream([this, i, slot, shard, narrow, owned, n = bk.shard, first, odt](void* stream) {
-    Backend::StreamScope on(be_, stream);
+    Backend::StreamScope on(cx_.be, stream);
     if (odt == DType::f32) {
-      be_.accumulate_f32(reinterpret_cast<float*>(owned), shard, n, first);
+      cx_.be.accumulate_f32(reinterpret_cast<float*>(owned), shard, n, first);
     } else if (first) {
-      be_.f32_to_bf16(reinterpret_cast<bf16*>(owned), shard, n);
+      cx_.be.f32_to_bf16(reinterpret_cast<bf16*>(owned), shard, n);
     } else {
-      be_.f32_to_bf16(narrow, shard, n);
-      be_.accumulate_bf16(reinterpret_cast<bf16*>(owned), narrow, n, false);
+      cx_.be.f32_to_bf16(narrow, shard, n);
+      cx_.be.accumulate_bf16(reinterpret_cast<bf16*>(owned), narrow, n, false);
     }
-    std::shared_ptr<void> read = be_.mark(stream);
+    std::shared_ptr<void> read = cx_.be.mark(stream);
     wide_.release(i, read);
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_[slot] = false;
-    sent_[slot] = false;
-    read_[slot] = std::move(read);
-    if (slot < pool_size_) free_.push_back(slot);
-    released_.notify_all();
+    release_slot(slot, std::move(read));
   });
-  grad_work_.push_back(comm_.reduce_scatter_async(wide, shard, bk.padded, DType::f32, ReduceOp::avg, done));
+  work_.push_back(cx_.comm.reduce_scatter_async(wide, shard, bk.padded, DType::f32, ReduceOp::avg, done));
 }
 
-StepStats Zero2Strategy::step(float lr) {
-  RZ_CHECK(micro_ == accum_ - 1 && ready_upto_ == plan_.total,
-           "step: called before the last micro-step's backward finished");
-  wait_grad_work();
-  return step_owned(owned_grads_.data(), owned_dtype_, lr);
+const void* StagedGrads::averaged(int b, size_t a) {
+  const size_t shard_begin = cx_.plan.owned_layout_range(b, cx_.rank).first;
+  return owned_grads_.data() + (cx_.plan.owned_offset(b) + (a - shard_begin)) * dtype_size(owned_dtype_);
 }
 
 }  // namespace rz

@@ -1,6 +1,7 @@
-// zero/zero2.h: ZeRO stage 2 -- gradients and optimizer states sharded.
+// zero/staged_grads.h: the gradient sync of zero2 and zero3 (GradSyncKind::reduce_scatter_every)
+// -- no full gradient buffer.
 //
-// There is no full gradient buffer. Backward writes into staging buffers (MemTag::comm):
+// Backward writes into staging buffers (MemTag::comm):
 //   general pool  K = --buckets-in-flight buffers, sized like the K largest buckets other
 //                 than the last (padded; see zero2_staging_pool);
 //   reserved      one buffer for the last bucket, the one holding wte. wte is tied: the
@@ -14,13 +15,13 @@
 // the OnDone callback copies (first micro-step) or adds (later ones) the shard into the
 // owned gradient (MemTag::grads) and returns the buffer to the pool: on the comm thread
 // after the reduce-scatter, or, with the nccl backend, queued on the comm stream behind
-// it, the buffer's next zeroing waiting for that on the compute stream (stream form). The owned gradient is in the model's precision, as the ZeRO paper counts it
+// it, the buffer's next zeroing waiting for that on the compute stream (stream form). The
+// owned gradient is in the model's precision, as the ZeRO paper counts it
 // (2 + 2/N + 12/N bytes/param in bf16); StrategyOptions::grad_shard_fp32 keeps it in fp32
 // instead, for exact accumulation over many micro-steps. A grad_ptr that finds the pool
 // empty waits for a release (that time is "exposed" communication); K is raised to the
 // number of buckets one backward unit (a weight and its bias) spans when it is smaller,
-// since those are written before either is ready. step() waits for the last shard, then
-// runs the shared sharded optimizer (zero/sharded.h).
+// since those are written before either is ready.
 #pragma once
 
 #include <condition_variable>
@@ -28,28 +29,41 @@
 #include <mutex>
 #include <vector>
 
-#include "zero/sharded.h"
+#include "zero/grad_sync.h"
 
 namespace rz {
 
-class Zero2Strategy : public ShardedStrategy {  // zero3 (zero/zero3.h) extends it
- public:
-  // defer_moments: as ShardedStrategy's (zero3 allocates AdamW's m and v last).
-  Zero2Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts, bool defer_moments = false);
+// The pool allocated for a plan when `requested` buffers in flight are asked for. The rule
+// lives here once (staged_grads.cpp): StagedGrads allocates exactly this, and `ringzero
+// memory`, which predicts strategies it never builds, asks the same function.
+StagingPool zero2_staging_pool(const ParamLayout& layout, const BucketPlan& plan, int requested);
 
-  StrategyKind kind() const override { return StrategyKind::zero2; }
+// The fewest general buffers the pool can run with: one for every bucket that one backward
+// unit (a (weight, bias) pair, grad_ready_ranges in model/layout.h) spans, since a unit's
+// buckets are written before either is ready (the last bucket is excluded: it holds wte
+// and has its own reserved buffer).
+int min_buckets_in_flight(const ParamLayout& layout, const BucketPlan& plan);
+
+class StagedGrads final : public GradSync {
+ public:
+  explicit StagedGrads(StrategyContext& cx);
+
+  GradSyncKind kind() const override { return GradSyncKind::reduce_scatter_every; }
   void* grad_ptr(size_t offset, size_t count) override;
-  StepStats step(float lr) override;
+  void begin_micro() override;
+  bool communicates_every_micro_step() const override { return true; }
+  void submit_bucket(int b, int micro) override;
+  const void* averaged(int b, size_t a) override;
+  DType averaged_dtype() const override { return owned_dtype_; }
+  double global_norm() override { return owned_norm(owned_grads_.data(), owned_dtype_); }
 
   StagingPool staging_pool() const override { return pool_; }
   size_t staging_bytes() const;  // all staging buffers, general and reserved, as allocated
 
- protected:
-  void begin_window() override {}
-  void begin_micro() override;
-  void submit_bucket(int b) override;
-  bool communicates_every_micro_step() const override { return true; }
+ private:
   int acquire_slot(int b);  // blocks until a buffer is free; returns its index
+  // From a collective's OnDone (any thread): the buffer is free again once `read` is reached.
+  void release_slot(int slot, std::shared_ptr<void> read);
   // submit_bucket's fp32 reduction (--grad-reduce-dtype fp32) of bucket b staged in `slot`.
   void submit_wide(int b, int slot, unsigned char* owned, bool first);
   unsigned char* slot_data(int slot) { return staging_[slot].data(); }

@@ -1,10 +1,14 @@
-#include "zero/zero3.h"
+// zero/sharded_params.cpp: zero3's parameter store -- the owned shard, the unit gate and
+// its gathers, and the checkpoint's view of sharded parameters.
+#include "zero/sharded_params.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/clock.h"
+#include "base/trace.h"
 #include "comm/debug/flight_recorder.h"
 
 namespace rz {
@@ -19,35 +23,34 @@ GatherPool zero3_gather_pool(const ParamLayout& layout, int num_layers) {
   return pool;
 }
 
-Zero3Strategy::Zero3Strategy(GPT2& model, Communicator& comm, const StrategyOptions& opts)
-    : Zero2Strategy(model, comm, opts, /*defer_moments=*/true) {
+ShardedParams::ShardedParams(StrategyContext& cx) : cx_(cx) {
+  GPT2& model = cx.model;
   const int L = model.config().num_layers;
   num_units_ = L + 2;
-  units_ = param_unit_ranges(layout_, L);
+  units_ = param_unit_ranges(cx_.layout, L);
   for (auto [begin, end] : units_) {
-    const int b0 = plan_.bucket_of(begin), b1 = plan_.bucket_of(end - 1);
-    RZ_ENFORCE_EQ(plan_.buckets[b0].begin, begin);  // the plan is cut at unit boundaries
-    RZ_ENFORCE_EQ(plan_.buckets[b1].end, end);
+    const int b0 = cx_.plan.bucket_of(begin), b1 = cx_.plan.bucket_of(end - 1);
+    RZ_ENFORCE_EQ(cx_.plan.buckets[b0].begin, begin);  // the plan is cut at unit boundaries
+    RZ_ENFORCE_EQ(cx_.plan.buckets[b1].end, end);
     unit_buckets_.emplace_back(b0, b1);
   }
   // This rank's shard of the parameters, bucket by bucket from the model's full params.
-  owned_params_.allocate(MemTag::params, plan_.owned_numel() * grad_bytes_);
+  owned_params_.allocate(MemTag::params, cx_.plan.owned_numel() * cx_.grad_bytes);
   const unsigned char* full = static_cast<const unsigned char*>(model.params());
-  for (int b = 0; b < static_cast<int>(plan_.buckets.size()); ++b) {
-    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
-    std::memcpy(owned_param(b, lo), full + lo * grad_bytes_, (hi - lo) * grad_bytes_);  // padding stays zero
+  for (int b = 0; b < static_cast<int>(cx_.plan.buckets.size()); ++b) {
+    auto [lo, hi] = cx_.plan.owned_layout_range(b, cx_.rank);
+    std::memcpy(param(b, lo), full + lo * cx_.grad_bytes, (hi - lo) * cx_.grad_bytes);  // padding stays zero
   }
-  gather_pool_ = zero3_gather_pool(layout_, L);
+  gather_pool_ = zero3_gather_pool(cx_.layout, L);
   slots_.resize(gather_pool_.general + 1);
   for (int s = 0; s < gather_pool_.general; ++s)
-    slots_[s].data.allocate(MemTag::params, gather_pool_.general_elems * grad_bytes_);
-  slots_.back().data.allocate(MemTag::params, gather_pool_.embedding_elems * grad_bytes_);
+    slots_[s].data.allocate(MemTag::params, gather_pool_.general_elems * cx_.grad_bytes);
+  slots_.back().data.allocate(MemTag::params, gather_pool_.embedding_elems * cx_.grad_bytes);
   slot_of_unit_.assign(num_units_, -1);
   model.set_param_gate(this);  // releases the model's full parameter buffer
-  allocate_moments();          // only now: start-up never holds the full params and m, v
 }
 
-Zero3Strategy::~Zero3Strategy() {
+ShardedParams::~ShardedParams() {
   for (Slot& s : slots_)
     for (auto& w : s.work) {
       try {
@@ -55,15 +58,15 @@ Zero3Strategy::~Zero3Strategy() {
       } catch (...) {
       }
     }
-  model_.set_param_gate(nullptr);
+  cx_.model.set_param_gate(nullptr);
 }
 
-unsigned char* Zero3Strategy::owned_param(int b, size_t a) const {
-  const size_t shard_begin = plan_.buckets[b].begin + static_cast<size_t>(rank_) * plan_.buckets[b].shard;
-  return const_cast<unsigned char*>(owned_params_.data()) + (plan_.owned_offset(b) + (a - shard_begin)) * grad_bytes_;
+unsigned char* ShardedParams::param(int b, size_t a) const {
+  const size_t shard_begin = cx_.plan.buckets[b].begin + static_cast<size_t>(cx_.rank) * cx_.plan.buckets[b].shard;
+  return const_cast<unsigned char*>(owned_params_.data()) + (cx_.plan.owned_offset(b) + (a - shard_begin)) * cx_.grad_bytes;
 }
 
-int Zero3Strategy::slot_for(int unit) {
+int ShardedParams::slot_for(int unit) {
   const int emb = num_units_ - 1;
   if (unit == emb) return slots_.back().unit < 0 ? static_cast<int>(slots_.size()) - 1 : -1;
   for (int s = 0; s < gather_pool_.general; ++s)
@@ -71,25 +74,25 @@ int Zero3Strategy::slot_for(int unit) {
   return -1;
 }
 
-void Zero3Strategy::start_gather(int unit, int slot) {
+void ShardedParams::start_gather(int unit, int slot) {
   Slot& sl = slots_[slot];
   sl.unit = unit;
   slot_of_unit_[unit] = slot;
-  const DType pdt = precision_ == Precision::fp32 ? DType::f32 : DType::bf16;
+  const DType pdt = cx_.precision == Precision::fp32 ? DType::f32 : DType::bf16;
   const size_t unit_begin = units_[unit].first;
   for (int b = unit_buckets_[unit].first; b <= unit_buckets_[unit].second; ++b) {
-    const Bucket& bk = plan_.buckets[b];
+    const Bucket& bk = cx_.plan.buckets[b];
     // Our shard of bucket b (the communicator's shard_of(numel, N, rank): S_b elements,
     // fewer or none for the last ranks) lands at its place in the unit buffer.
     trace::BucketLabel label(b);
     CommPurpose purpose("param unit gather");
-    sl.work.push_back(comm_.all_gather_async(owned_params_.data() + plan_.owned_offset(b) * grad_bytes_,
-                                             sl.data.data() + (bk.begin - unit_begin) * grad_bytes_, bk.numel(),
+    sl.work.push_back(cx_.comm.all_gather_async(owned_params_.data() + cx_.plan.owned_offset(b) * cx_.grad_bytes,
+                                             sl.data.data() + (bk.begin - unit_begin) * cx_.grad_bytes, bk.numel(),
                                              pdt));
   }
 }
 
-void Zero3Strategy::drop(int slot) {
+void ShardedParams::drop(int slot) {
   Slot& sl = slots_[slot];
   for (auto& w : sl.work) w->wait();
   sl.work.clear();
@@ -98,10 +101,10 @@ void Zero3Strategy::drop(int slot) {
   sl.held = false;
 }
 
-const void* Zero3Strategy::acquire(int unit, int next) {
+const void* ShardedParams::acquire(int unit, int next) {
   RZ_CHECK(unit >= 0 && unit < num_units_ && next >= -1 && next < num_units_,
            "zero3: unit %d (next %d) outside 0..%d", unit, next, num_units_ - 1);
-  if (!window_open_) open_window();  // the forward's gathers belong to this step
+  if (!cx_.window.open) cx_.window.begin(cx_.comm);  // the forward's gathers belong to this step
   int s = slot_of_unit_[unit];
   RZ_CHECK(s < 0 || !slots_[s].held, "zero3: unit %d acquired twice without a release", unit);
   if (s < 0) {
@@ -126,59 +129,58 @@ const void* Zero3Strategy::acquire(int unit, int next) {
   auto t0 = Clock::now();
   for (auto& w : sl.work) w->wait();
   sl.work.clear();
-  gather_exposed_s_ += seconds_since(t0);
+  cx_.window.gather_exposed_s += seconds_since(t0);
   sl.held = true;
   return sl.data.data();
 }
 
-void Zero3Strategy::release(int unit) {
+void ShardedParams::release(int unit) {
   RZ_CHECK(unit >= 0 && unit < num_units_ && slot_of_unit_[unit] >= 0 && slots_[slot_of_unit_[unit]].held,
            "zero3: release of unit %d, which is not acquired", unit);
   drop(slot_of_unit_[unit]);
 }
 
-StepStats Zero3Strategy::step(float lr) {
+void ShardedParams::before_update() {
   // AdamW is about to change the owned shards: no gathered copy may outlive the step.
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
     RZ_CHECK(!slots_[s].held, "zero3: step with unit %d still acquired", slots_[s].unit);
     if (slots_[s].unit >= 0) drop(s);
   }
-  return Zero2Strategy::step(lr);
 }
 
 // --- checkpoint state: the parameters are sharded too
 
-void Zero3Strategy::set_params_chunk(size_t begin, const float* data, size_t n) {
+void ShardedParams::set_chunk_f32(size_t begin, const float* data, size_t n) {
   const size_t end = begin + n;
-  if (n == 0 || begin >= plan_.total) return;
-  for (int b = plan_.bucket_of(begin); b < static_cast<int>(plan_.buckets.size()) && plan_.buckets[b].begin < end; ++b) {
-    auto [lo, hi] = plan_.owned_layout_range(b, rank_);
+  if (n == 0 || begin >= cx_.plan.total) return;
+  for (int b = cx_.plan.bucket_of(begin); b < static_cast<int>(cx_.plan.buckets.size()) && cx_.plan.buckets[b].begin < end; ++b) {
+    auto [lo, hi] = cx_.plan.owned_layout_range(b, cx_.rank);
     const size_t a = std::max(lo, begin), e = std::min(hi, end);
     if (a >= e) continue;
-    if (precision_ == Precision::fp32)
-      std::memcpy(owned_param(b, a), data + (a - begin), (e - a) * sizeof(float));
+    if (cx_.precision == Precision::fp32)
+      std::memcpy(param(b, a), data + (a - begin), (e - a) * sizeof(float));
     else
-      be_.f32_to_bf16(reinterpret_cast<bf16*>(owned_param(b, a)), data + (a - begin), e - a);
+      cx_.be.f32_to_bf16(reinterpret_cast<bf16*>(param(b, a)), data + (a - begin), e - a);
   }
 }
 
-void Zero3Strategy::visit_params_f32(const ParamChunkFn* fn) {
+void ShardedParams::visit_f32(const ParamChunkFn* fn) {
   // Unit by unit through the gate's own buffers (collective: every rank gathers); bf16 is
   // widened a chunk at a time.
   Buffer<float> scratch;
-  const size_t chunk = state_chunk_elems();
+  const size_t chunk = cx_.state_chunk_elems();
   for (int u = 0; u < num_units_; ++u) {
-    const bool was_open = window_open_;
+    const bool was_open = cx_.window.open;
     const void* p = acquire(u, u + 1 < num_units_ ? u + 1 : -1);
-    window_open_ = was_open;  // a checkpoint's gathers are not a training step's
+    cx_.window.open = was_open;  // a checkpoint's gathers are not a training step's
     const size_t begin = units_[u].first, n = units_[u].second - begin;
     if (fn != nullptr) {
-      if (precision_ == Precision::fp32) {
+      if (cx_.precision == Precision::fp32) {
         (*fn)(begin, static_cast<const float*>(p), n);
       } else {
         for (size_t i = 0; i < n; i += chunk) {
           const size_t k = std::min(chunk, n - i);
-          be_.bf16_to_f32(scratch_for(scratch, std::min(chunk, n)), static_cast<const bf16*>(p) + i, k);
+          cx_.be.bf16_to_f32(StrategyContext::scratch_for(scratch, std::min(chunk, n)), static_cast<const bf16*>(p) + i, k);
           (*fn)(begin + i, scratch.data(), k);
         }
       }
