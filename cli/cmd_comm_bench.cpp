@@ -131,6 +131,48 @@ double measure_copy_gbps(Backend& dev, size_t bytes) {
   return best;
 }
 
+// One row per collective, the one place comm-bench names them (nccl-tests keeps one small
+// table of hooks per collective): its --op name, its bus-bandwidth factor, how to run it on
+// the full tensor and this rank's shard, and how its checked run is filled and judged.
+// A reducing collective's checked inputs are input_value(r, i) in the full tensor (the
+// answer: their sum or mean); AllGather's are (offset + i) % 241 in each shard (the
+// answer: i % 241 in the full tensor, which starts at -1).
+struct Collective {
+  const char* name;
+  double (*bus_factor)(int N);  // busbw = algbw x this (nccl-tests doc/PERFORMANCE.md)
+  void (*run)(Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp redop);
+  bool reduces;          // the answer is a reduction of input_value (else AllGather's concatenation)
+  bool answer_in_shard;  // rank r's shard holds its answer (ReduceScatter), else the full tensor
+};
+
+const Collective kCollectives[] = {
+    {"all_reduce", [](int N) { return 2.0 * (N - 1) / N; },
+     [](Communicator& c, void* full, void*, size_t count, DType dt, ReduceOp redop) { c.all_reduce(full, count, dt, redop); },
+     true, false},
+    {"reduce_scatter", [](int N) { return double(N - 1) / N; },
+     [](Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp redop) {
+       c.reduce_scatter(full, shard, count, dt, redop);
+     },
+     true, true},
+    {"all_gather", [](int N) { return double(N - 1) / N; },
+     [](Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp) { c.all_gather(shard, full, count, dt); },
+     false, false},
+};
+
+// The rows' names, for --help and errors: "all_reduce, reduce_scatter, all_gather".
+std::string collective_names() {
+  std::string out;
+  for (const Collective& k : kCollectives) out += std::string(out.empty() ? "" : ", ") + k.name;
+  return out;
+}
+
+// --op's row (the flag's check already refused any other name).
+const Collective& collective(const std::string& op) {
+  for (const Collective& k : kCollectives)
+    if (op == k.name) return k;
+  RZ_FAIL("--op: expected %s, found '%s'", collective_names().c_str(), op.c_str());
+}
+
 // One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
 uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg,
                     const BenchMemory& mem_in = {}) {
@@ -140,9 +182,8 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
   const DType dt = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const ReduceOp redop = a.redop == "avg" ? ReduceOp::avg : ReduceOp::sum;
   const size_t esz = dtype_size(dt);
-  const CollectiveKind kind = a.op == "all_gather" ? CollectiveKind::all_gather
-                              : a.op == "reduce_scatter" ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
-  const double bus_factor = kind == CollectiveKind::all_reduce ? 2.0 * (N - 1) / N : double(N - 1) / N;
+  const Collective& op = collective(a.op);
+  const double bus_factor = op.bus_factor(N);
   const bool print = r == 0;
   // Small host values (times, #wrong, device ids) through the communicator, on device
   // buffers when the benchmark's are.
@@ -189,11 +230,7 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     Buffer<unsigned char> full_dev, shard_dev;
     void* full_p = mem.place(full, count, full_dev);
     void* shard_p = mem.place(shard, mine.count, shard_dev);
-    auto run_once = [&] {
-      if (kind == CollectiveKind::all_reduce) c.all_reduce(full_p, count, dt, redop);
-      else if (kind == CollectiveKind::reduce_scatter) c.reduce_scatter(full_p, shard_p, count, dt, redop);
-      else c.all_gather(shard_p, full_p, count, dt);
-    };
+    auto run_once = [&] { op.run(c, full_p, shard_p, count, dt, redop); };
     for (size_t i = 0; i < count; ++i) full.set(i, input_value(r, i));
     mem.upload(full_p, full, count);
     mem.upload(shard_p, shard, mine.count);
@@ -205,7 +242,7 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                 std::max(1, a.iters);
     // The checked run, on fresh inputs.
-    for (size_t i = 0; i < count; ++i) full.set(i, kind == CollectiveKind::all_gather ? -1.0f : input_value(r, i));
+    for (size_t i = 0; i < count; ++i) full.set(i, op.reduces ? input_value(r, i) : -1.0f);
     for (size_t i = 0; i < mine.count; ++i) shard.set(i, float(int((mine.offset + i) % 241)));
     mem.upload(full_p, full, count);
     mem.upload(shard_p, shard, mine.count);
@@ -217,13 +254,13 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     mem.download(shard, shard_p, mine.count);
     uint64_t wrong = 0;
     auto expect = [&](size_t i) {
-      if (kind == CollectiveKind::all_gather) return float(int(i % 241));
+      if (!op.reduces) return float(int(i % 241));
       float s = 0;
       for (int q = 0; q < N; ++q) s += input_value(q, i);
       float v = redop == ReduceOp::avg ? s / float(N) : s;
       return dt == DType::bf16 ? bf16_to_float(float_to_bf16(v)) : v;
     };
-    if (kind == CollectiveKind::reduce_scatter) {
+    if (op.answer_in_shard) {
       for (size_t i = 0; i < mine.count; ++i) wrong += shard.get(i) != expect(mine.offset + i);
     } else {
       for (size_t i = 0; i < count; ++i) wrong += full.get(i) != expect(i);
@@ -285,8 +322,9 @@ void add_transport_flag(CLI::App& app, CommTransport& transport) {
 
 // comm-bench's flags into a.
 void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
-  app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
-      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
+  std::vector<std::string> ops;
+  for (const Collective& k : kCollectives) ops.emplace_back(k.name);
+  app.add_option("--op", a.op, "collective: " + collective_names())->check(CLI::IsMember(ops))->capture_default_str();
   add_number(app, "--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
   add_transport_flag(app, a.transport);
   add_setting_flags(app, a.settings, {"comm"});
