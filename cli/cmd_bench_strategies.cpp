@@ -264,9 +264,7 @@ int run_bench_strategies(int argc, char** argv) {
                                                   "(default: the first three timed steps)");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
-  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
-           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
-           a.strategy.c_str());
+  check_buckets_in_flight_read(app.count("--buckets-in-flight") > 0, a.strategy);
   if (!a.trace_steps.empty())
     RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
              "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),

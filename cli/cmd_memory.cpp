@@ -164,9 +164,7 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       RZ_CHECK(app.count(flag) == 0,
                "%s: does nothing with a bare --params count, which gives the model states only (give a model shape: "
                "--model or --layers/--channels/...)", flag);
-  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
-           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
-           a.strategy.c_str());
+  check_buckets_in_flight_read(app.count("--buckets-in-flight") > 0, a.strategy);
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
   a.recompute_given = app.count("--recompute") > 0;
   return true;
