@@ -104,3 +104,19 @@ TEST_CASE("comm-bench's table: each --op runs, checks and scales its own collect
     CHECK(busbw / algbw == Approx(row.bus_factor).epsilon(1e-12));
   }
 }
+
+// comm-bench's ranks are the settings table's nproc_per_node and its untimed iterations
+// --warmup-iters (train's --warmup is LR warm-up steps); the old spellings --nproc and
+// --warmup stay as aliases of the same options (README, "Flag names").
+TEST_CASE("comm-bench: --nproc and --warmup are aliases of --nproc-per-node and --warmup-iters") {
+  for (const char* flags : {"--nproc 3 --warmup 2", "--nproc-per-node 3 --warmup-iters 2", "--nproc=3 --warmup-iters=2"}) {
+    auto [rc, out] = run_ringzero(std::string("comm-bench --transport thread --min-bytes 1K --max-bytes 1K --iters 1 ") + flags);
+    INFO(flags << "\n" << out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("all_reduce, 3 ranks, transport thread") != std::string::npos);
+    CHECK(out.find("1 iters after 2 warmup") != std::string::npos);
+  }
+  auto [rc, out] = run_ringzero("comm-bench --transport thread --nproc 65");
+  CHECK(rc != 0);
+  CHECK(out.find("--nproc") != std::string::npos);
+}

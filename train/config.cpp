@@ -699,8 +699,10 @@ namespace {
 // brackets and its value in `shown` as the default. A bool is a bare flag (--comm-debug),
 // resume a flag with an optional value (--resume, --resume=auto); the rest take a value. The
 // text given lands in *given, or (given null) in the option's results only.
-CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given) {
-  const std::string flag = "--" + dashed(k.name);
+// `aliases`: ",--old" names CLI11 takes as the same option (add_setting_flag).
+CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given,
+                                const std::string& aliases = "") {
+  const std::string flag = "--" + dashed(k.name) + aliases;
   std::string help = k.help;
   if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
   const bool is_bool = std::holds_alternative<bool TrainConfig::*>(k.field);
@@ -789,13 +791,19 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   return true;
 }
 
+CLI::Option* add_setting_flag(CLI::App& app, TrainConfig& cfg, const char* key, std::initializer_list<const char*> aliases) {
+  const Setting* k = find_setting(key);
+  RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
+  std::string names;
+  for (const char* a : aliases) names += std::string(",") + a;
+  const std::string name = k->name;
+  return add_setting_option(app, *k, cfg, nullptr, names)->each([&cfg, name](const std::string& v) {
+    set_flag_value(cfg, name, v);
+  });
+}
+
 void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    const Setting* k = find_setting(key);
-    RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
-    const std::string name = k->name;
-    add_setting_option(app, *k, cfg, nullptr)->each([&cfg, name](const std::string& v) { set_flag_value(cfg, name, v); });
-  }
+  for (const char* key : keys) add_setting_flag(app, cfg, key, {});
 }
 
 }  // namespace rz

@@ -29,6 +29,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace rz {
@@ -225,6 +226,11 @@ GPT2Config config_model_shape(const TrainConfig& tc);
 // given sets cfg while app parses, through set_config_value; a bad value throws
 // "--key: expected ..., found ...". A key the table lacks throws at once.
 void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys);
+// One row, with the other names a subcommand's flag had before it took the table's row
+// (`aliases`: {"--nproc"} beside --nproc-per-node): the same option under every name, the
+// table's name first in --help. Returns the option (count() counts every name).
+CLI::Option* add_setting_flag(CLI::App& app, TrainConfig& cfg, const char* key,
+                              std::initializer_list<const char*> aliases);
 
 // buckets_in_flight does something only with a strategy that stages gradient buckets
 // (StrategyTraits::stages_grad_buckets): the one statement of that rule, for
