@@ -156,14 +156,46 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
   return out;
 }
 
-int run_bench_step(int argc, char** argv) {
+struct StepBenchArgs {
   std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16";
   // The shape keys, --batch, --seq, --device, --attention, --lr, --weight-decay and
   // --grad-clip: rows of train's settings table (lr: the constant rate of every step).
-  TrainConfig settings;
-  settings.lr = 3e-4;
+  TrainConfig settings = [] {
+    TrainConfig c;
+    c.lr = 3e-4;
+    return c;
+  }();
   int untimed = 1, steps = 3;
   bool ops = false;
+};
+
+// bench-step's flags into a.
+void add_bench_step_flags(CLI::App& app, StepBenchArgs& a) {
+  TrainConfig& settings = a.settings;
+  app.add_option("--model", a.preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
+  app.add_option("--config", a.config_path, "training config (TOML) whose model shape, batch and seq to bench");
+  // The shape keys override the preset / config.
+  add_setting_flag(app, settings, "layers", {})->check(CLI::Range(0, 1000));
+  add_setting_flag(app, settings, "channels", {})->check(CLI::Range(0, 1 << 16));
+  add_setting_flag(app, settings, "heads", {})->check(CLI::Range(0, 1024));
+  add_setting_flag(app, settings, "vocab", {})->check(CLI::Range(0, 1 << 24));
+  add_setting_flag(app, settings, "max_seq", {})->check(CLI::Range(0, 1 << 20));
+  add_setting_flag(app, settings, "batch", {})->check(CLI::Range(1, 4096));
+  add_setting_flag(app, settings, "seq", {})->check(CLI::Range(1, 1 << 20));
+  app.add_option("--threads", a.threads_s, "comma-separated thread counts")->capture_default_str();
+  app.add_option("--precision", a.precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
+  add_setting_flags(app, settings, {"device"});
+  add_number(app, "--untimed-steps", a.untimed, "steps run before the timed ones (not timed)")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
+  refuse_renamed_warmup(app, "bench-step");
+  add_number(app, "--steps", a.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  add_setting_flags(app, settings, {"attention", "lr", "weight_decay", "grad_clip"});
+  app.add_flag("--ops", a.ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
+}
+
+int run_bench_step(int argc, char** argv) {
+  StepBenchArgs a;
+  auto& [preset, config_path, threads_s, precisions_s, settings, untimed, steps, ops] = a;
   CLI::App app{
       "Benchmark one training step on the CPU or a GPU: forward + backward + train's optimizer step\n"
       "(opt: the strategy's step on one rank: gradient clipping (--grad-clip) and AdamW (--weight-decay)\n"
@@ -176,25 +208,7 @@ int run_bench_step(int argc, char** argv) {
       "The shape: --model's preset, then --config's model keys, batch and seq, then the shape flags.\n"
       "--ops adds the step's CPU time split by kernel family (CPU kernels).",
       "ringzero bench-step"};
-  app.add_option("--model", preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
-  app.add_option("--config", config_path, "training config (TOML) whose model shape, batch and seq to bench");
-  // The shape keys override the preset / config.
-  add_setting_flag(app, settings, "layers", {})->check(CLI::Range(0, 1000));
-  add_setting_flag(app, settings, "channels", {})->check(CLI::Range(0, 1 << 16));
-  add_setting_flag(app, settings, "heads", {})->check(CLI::Range(0, 1024));
-  add_setting_flag(app, settings, "vocab", {})->check(CLI::Range(0, 1 << 24));
-  add_setting_flag(app, settings, "max_seq", {})->check(CLI::Range(0, 1 << 20));
-  add_setting_flag(app, settings, "batch", {})->check(CLI::Range(1, 4096));
-  add_setting_flag(app, settings, "seq", {})->check(CLI::Range(1, 1 << 20));
-  app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
-  app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
-  add_setting_flags(app, settings, {"device"});
-  add_number(app, "--untimed-steps", untimed, "steps run before the timed ones (not timed)")
-      ->capture_default_str()->check(CLI::Range(0, 1000));
-  refuse_renamed_warmup(app, "bench-step");
-  add_number(app, "--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  add_setting_flags(app, settings, {"attention", "lr", "weight_decay", "grad_clip"});
-  app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
+  add_bench_step_flags(app, a);
   if (!parse_command_line(app, argc, argv)) return 0;
   const Device device = settings.device.device();
   RZ_CHECK(!ops || settings.attention == Attention::materialized,
