@@ -5,8 +5,6 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/device_spec.h"
-#include "base/sim_device.h"
 
 namespace rz {
 
@@ -55,7 +53,6 @@ std::string device_name(Device d) {
   return strfmt("%s:%d", d.kind == DeviceKind::sim ? "sim" : "cuda", d.index);
 }
 
-Device parse_device(const std::string& s) { return parse_device_spec(s).device(); }
 
 // One allocator per device kind; the cpu slot stays empty (host memory is aligned_alloc).
 static std::array<DeviceAllocator, kNumDeviceKinds> g_allocators;
@@ -85,8 +82,6 @@ void* tracked_alloc(MemTag tag, size_t bytes, Device dev) {
     RZ_CHECK(p != nullptr, "out of memory allocating %s for %s", format_bytes(double(bytes)).c_str(),
              mem_tag_name(tag));
     std::memset(p, 0, rounded);
-  } else if (dev.kind == DeviceKind::sim) {
-    p = sim::device_alloc(bytes);
   } else {
     const DeviceAllocator& a = g_allocators[static_cast<int>(dev.kind)];
     RZ_CHECK(a.alloc != nullptr, "cannot allocate %s for %s on %s: no backend for that device is active",
@@ -101,8 +96,6 @@ void tracked_free(MemTag tag, void* p, size_t bytes, Device dev) {
   if (p == nullptr) return;
   if (dev.is_cpu())
     std::free(p);
-  else if (dev.kind == DeviceKind::sim)
-    sim::device_free(p);
   else
     g_allocators[static_cast<int>(dev.kind)].free(dev.index, p);
   MemoryTracker::global().on_free(dev.kind, tag, bytes);

@@ -8,9 +8,9 @@
 // frees too.
 //
 // base/ knows no GPU API. Device memory comes from the DeviceAllocator that a backend
-// registers (kernels/cuda does, when a CUDA backend is created); allocating on a device
-// with none registered is an error, not a crash. The simulated device's arena is base's
-// own (base/sim_device.h), so sim memory needs no registration.
+// registers (kernels/cuda does, when a CUDA backend is created; the simulated device's
+// arena, base/sim_device.h, is registered the same way by its backend and comm links);
+// allocating on a device with none registered is an error, not a crash.
 #pragma once
 
 #include <array>
@@ -40,8 +40,8 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 std::string device_name(Device d);  // "cpu", "cuda:0", "sim:0"
-// "cpu", "cuda" (= cuda:0), "cuda:K", "sim" (= sim:0) or "sim:K". Throws rz::Error naming the value.
-Device parse_device(const std::string& s);
+// A name as the user writes it is a DeviceSpec (base/device_spec.h): it may leave the ordinal
+// open for the rank's placement (train/rank_setup.h) to decide.
 
 // How device memory is obtained. alloc returns zero-filled memory or throws rz::Error.
 struct DeviceAllocator {

@@ -301,6 +301,10 @@ std::string describe(const void* p, const char* op, const char* arg) {
 
 void* device_alloc(size_t bytes) { return arena().alloc(bytes); }
 void device_free(void* p) { arena().release(p); }
+void register_allocator() {
+  register_device_allocator(DeviceKind::sim, DeviceAllocator{[](int, size_t bytes) { return device_alloc(bytes); },
+                                                             [](int, void* p) { device_free(p); }});
+}
 size_t device_bytes_in_use() { return arena().in_use(); }
 size_t device_capacity() { return arena().size(); }
 

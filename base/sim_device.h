@@ -48,6 +48,10 @@ constexpr size_t kAlignment = 256;
 // (RINGZERO_SIM_MEMORY bytes, default 64 GiB of address space, backed only where used) is full.
 void* device_alloc(size_t bytes);
 void device_free(void* p);  // p from device_alloc; anything else is an rz::Error
+// Makes Buffers on sim:K come from device_alloc (base/memory.h's register_device_allocator), as
+// the CUDA backend registers cudaMalloc: the sim backend (kernels/sim) and the simulated comm
+// links call it when they are made. Idempotent.
+void register_allocator();
 // Bytes in live allocations, and the arena's size (the simulated driver_memory).
 size_t device_bytes_in_use();
 size_t device_capacity();

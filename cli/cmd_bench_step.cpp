@@ -34,11 +34,13 @@
 #include "base/checked.h"
 #include "base/clock.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "comm/factory.h"
 #include "train/config.h"
+#include "train/rank_setup.h"
 #include "train/step.h"
 #include "zero/memory/plan.h"
 #include "cli/step_profile.h"
@@ -275,11 +277,13 @@ int run_bench_step(int argc, char** argv) {
   std::printf("step FLOPs %.3g (6 x params x tokens + attention), of which matmuls %.3g\n\n", step_flops, gemm_flops);
   std::printf("| model | precision | threads | step ms | step CPU ms | fwd ms | bwd ms | opt ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const RankPlacement at = place_rank(settings.device, RankEnv{}, CommBackend::ring);  // one process, every model
   for (int nt : threads) {
     omp_set_num_threads(nt);
     Eigen::setNbThreads(nt);
     for (Precision prec : precisions) {
-      ModelOptions mo{prec, Recompute::none, device};
+      ModelOptions mo{prec, Recompute::none, at.device};
+      mo.backend = at.backend;
       mo.attention = settings.attention;
       GPT2 model(cfg, mo);
       model.init_random(1);

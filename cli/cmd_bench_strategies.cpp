@@ -34,13 +34,12 @@
 #include "base/checked.h"
 #include "base/file.h"
 #include "base/trace.h"
-#include "comm/factory.h"
-#include "launch/launch.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "train/config.h"
+#include "train/rank_setup.h"
 #include "train/run_paths.h"
 #include "train/step.h"
 #include "viz/timeline.h"
@@ -158,15 +157,17 @@ StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, C
   return t;
 }
 
-// One strategy on this rank's communicator: a fresh model from seed 42, its steps, and
-// rank 0's line.
-void bench_strategy(const BenchArgs& a, StrategyKind kind, const RankEnv& env, Communicator& comm) {
+// One strategy on this rank's communicator: a fresh model from seed 42 on the rank's
+// placement, its steps, and rank 0's line.
+void bench_strategy(const BenchArgs& a, StrategyKind kind, const RankEnv& env, const RankPlacement& at,
+                    Communicator& comm) {
   const GPT2Config cfg = bench_shape(a);
   RZ_CHECK(a.settings.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
            cfg.max_seq_len, a.settings.seq);
   const std::string name = strategy_name(kind);
   ModelOptions mo;
   mo.precision = a.settings.precision();
+  mo.backend = at.backend;
   // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
   mo.shared_params = comm.reads_shared_memory() && strategy_traits(kind).gathers_params_after_step();
   GPT2 model(cfg, mo);
@@ -211,10 +212,11 @@ void bench_strategy(const BenchArgs& a, StrategyKind kind, const RankEnv& env, C
 // This rank's part: one communicator, then --strategy's kinds in turn (all of them for "all").
 int bench_rank(const BenchArgs& a) {
   RankEnv env = rank_env_from_environment();
+  const RankPlacement at = place_rank(DeviceSpec{}, env, CommBackend::ring);  // CPU ranks
   CommOptions copts;
   copts.transport = a.settings.transport;
-  auto comm = connect_communicator(env, copts);
-  for (StrategyKind kind : bench_kinds(a)) bench_strategy(a, kind, env, *comm);
+  auto comm = connect_rank(env, at, copts);
+  for (StrategyKind kind : bench_kinds(a)) bench_strategy(a, kind, env, at, *comm);
   return 0;
 }
 
@@ -281,7 +283,7 @@ int run_bench_strategies(int argc, char** argv) {
     for (const char* key : {"precision", "nproc_per_node", "batch", "seq", "bucket_mb", "buckets_in_flight"})
       if (a.settings.origins.count(key) == 0) set_config_value(a.settings, key, get_config_value(tc, key));
   }
-  if (launched_by_ringzero()) return bench_rank(a);
+  if (started_by_ringzero()) return bench_rank(a);
 
   // An unknown preset, a bad config or a missing tokenizer fails here, before any launch.
   const GPT2Config shape = bench_shape(a);
@@ -309,13 +311,11 @@ int run_bench_strategies(int argc, char** argv) {
     check_fits_host_memory(in, nproc, 0.0, (std::string("bench-strategies ") + strategy_name(k)).c_str(),
                            "a smaller --batch, --seq or model, or fewer --nproc");
   }
-  if (nproc == 1) return bench_rank(a);
   // The ranks read the command line as it was given: each runs --strategy's kinds in turn.
-  std::vector<std::string> child{self_executable()};
-  for (int i = 0; i < argc; ++i) child.push_back(argv[i]);
-  LaunchOptions lo;
-  lo.nproc_per_node = nproc;
-  return launch_local_ranks(child, lo);
+  RankLaunch job;
+  job.nproc_per_node = nproc;
+  if (!should_launch(job)) return bench_rank(a);
+  return launch_ranks(job, std::vector<std::string>(argv, argv + argc));
 }
 
 const RegisterCommand kRegister{Command{"bench-strategies",

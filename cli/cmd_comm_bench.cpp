@@ -30,13 +30,13 @@
 #include "data/output_paths.h"
 #include "comm/transport/device_ring.h"
 #include "comm/factory.h"
-#include "launch/launch.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
 #include "cli/comm_precision.h"
 #include "train/config.h"
+#include "train/rank_setup.h"
 
 namespace rz {
 namespace {
@@ -435,10 +435,11 @@ int run_comm_bench(int argc, char** argv) {
            "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", comm_backend_name(comm_backend));
   RZ_CHECK(comm_backend == CommBackend::ring || app.count("--transport") == 0,
            "--transport: does nothing with --comm %s (mpi and nccl bring their own)", comm_backend_name(comm_backend));
-  const Device device = parse_device(a.device);
+  const DeviceSpec spec = parse_device_spec(a.device);
+  const Device device = spec.device();
   RZ_CHECK(device.is_cpu() || comm_backend != CommBackend::mpi,
            "comm-bench: --device %s with --comm mpi: GPU buffers need --comm ring or --comm nccl", a.device.c_str());
-  if (!launched_by_ringzero() && device.is_cpu() && comm_backend != CommBackend::mpi) {
+  if (!started_by_ringzero() && device.is_cpu() && comm_backend != CommBackend::mpi) {
     // Each rank holds the full tensor and its shard twice (a host copy and the buffer the
     // collective runs on) at --max-bytes: refuse what this machine cannot hold before any
     // rank is started (base/host_memory.h). The transports' slots come on top.
@@ -453,50 +454,40 @@ int run_comm_bench(int argc, char** argv) {
   // --device sim (tests): the GPU path on the simulated device, nccl and the cuda
   // transport over their simulated calls.
   const bool sim = device.kind == DeviceKind::sim;
-  const bool indexed = a.device.find(':') != std::string::npos;  // cuda:K / sim:K: every rank on K
-  opts.sim_device = sim;
   if (cuda_ring) {
     RZ_CHECK(a.transport != CommTransport::thread, "comm-bench: --device %s with --comm ring runs ranks as processes (CUDA IPC "
              "between them), not as threads (drop --transport thread)", a.device.c_str());
     const std::string why = sim ? std::string() : cuda_ring_unavailable();
     RZ_CHECK(why.empty(), "comm ring with GPU buffers: %s", why.c_str());
-    opts.device_buffers = true;
     if (app.count("--segment-bytes") == 0) opts.segment_bytes = kCudaDefaultSegmentBytes;
-    if (indexed) opts.cuda_device = device.index;
   }
   if (comm_backend == CommBackend::nccl) {
     const std::string why = sim ? std::string() : nccl_unavailable();
     RZ_CHECK(why.empty(), "comm nccl: %s", why.c_str());
-    if (indexed) opts.cuda_device = device.index;
   }
   if (comm_backend == CommBackend::mpi) {
     // mpirun started the ranks; --nproc is not used.
     RankEnv env = rank_env_from_environment();
-    auto comm = connect_communicator(env, opts);
+    const RankPlacement at = place_rank(spec, env, comm_backend);
+    auto comm = connect_rank(env, at, opts);
     uint64_t wrong = bench_rank(*comm, a, min_b, max_b, seg);
     if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
     return wrong == 0 ? 0 : 1;
   }
   if (a.transport == CommTransport::thread) return run_thread_ranks(a, opts, min_b, max_b, seg);
-  if (!launched_by_ringzero() && a.settings.nproc_per_node > 1) {
-    std::vector<std::string> child{self_executable()};
-    for (int i = 0; i < argc; ++i) child.push_back(argv[i]);
-    LaunchOptions lo;
-    lo.nproc_per_node = a.settings.nproc_per_node;
-    return launch_local_ranks(child, lo);
-  }
+  RankLaunch job;
+  job.nproc_per_node = a.settings.nproc_per_node;
+  if (should_launch(job)) return launch_ranks(job, std::vector<std::string>(argv, argv + argc));
   RankEnv env = rank_env_from_environment();
-  RZ_CHECK(env.world_size == a.settings.nproc_per_node || !launched_by_ringzero(),
+  RZ_CHECK(env.world_size == a.settings.nproc_per_node || !started_by_ringzero(),
            "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.settings.nproc_per_node);
   BenchMemory mem;
-  std::unique_ptr<Backend> backend;
-  if (comm_backend == CommBackend::nccl || cuda_ring) {
-    const int gpu = cuda_ring ? cuda_ring_device_for(env, opts) : nccl_device_for(env, opts);
-    backend = make_backend(Device{device.kind, gpu});
-    mem.dev = backend.get();
-    mem.copy_gbps = measure_copy_gbps(*backend, std::clamp<size_t>(max_b, 32u << 20, 1u << 30));
+  const RankPlacement at = place_rank(spec, env, comm_backend);
+  if (!at.device.is_cpu()) {
+    mem.dev = at.backend.get();
+    mem.copy_gbps = measure_copy_gbps(*at.backend, std::clamp<size_t>(max_b, 32u << 20, 1u << 30));
   }
-  auto comm = connect_communicator(env, opts);
+  auto comm = connect_rank(env, at, opts);
   uint64_t wrong = bench_rank(*comm, a, min_b, max_b, opts.segment_bytes, mem);
   if (wrong != 0 && env.rank == 0) std::fprintf(stderr, "comm-bench: %llu wrong elements\n", (unsigned long long)wrong);
   return wrong == 0 ? 0 : 1;

@@ -22,15 +22,14 @@
 #include "base/checked.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
-#include "comm/factory.h"
 #include "data/eval_file.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
-#include "launch/launch.h"
 #include "model/gpt2.h"
 #include "train/config.h"
 #include "train/hellaswag.h"
 #include "train/model_source.h"
+#include "train/rank_setup.h"
 #include "train/val_loss.h"
 #include "zero/host_collectives.h"
 
@@ -94,13 +93,9 @@ int run_eval(int argc, char** argv) {
   RZ_CHECK(s.nproc_per_node == 1 || s.device.kind == DeviceKind::cpu,
            "--nproc-per-node %d: eval runs several ranks on CPU ranks only (device %s: one rank)", s.nproc_per_node,
            device_spec_name(s.device).c_str());
-  if (s.nproc_per_node > 1 && !launched_by_ringzero() && *rank_env_from_environment().launcher == 0) {
-    std::vector<std::string> child{self_executable()};
-    for (int i = 0; i < argc; ++i) child.emplace_back(argv[i]);
-    LaunchOptions lo;
-    lo.nproc_per_node = s.nproc_per_node;
-    return launch_local_ranks(child, lo);
-  }
+  RankLaunch job;
+  job.nproc_per_node = s.nproc_per_node;
+  if (should_launch(job)) return launch_ranks(job, std::vector<std::string>(argv, argv + argc));
   const RankEnv env = rank_env_from_environment();
   if (s.threads > 0) omp_set_num_threads(s.threads);
 
@@ -128,13 +123,15 @@ int run_eval(int argc, char** argv) {
   }
   ModelOptions mo;
   mo.precision = s.precision();
-  mo.device = s.device.device();
+  const RankPlacement at = place_rank(s.device, env, CommBackend::ring);
+  mo.device = at.device;
+  mo.backend = at.backend;
   GPT2 model(cfg, mo);
   read_model_source(source, [&](size_t begin, const float* p, size_t n) { model.set_params_f32(begin, n, p); });
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<HostCollectives> hc;
   if (env.world_size > 1) {
-    comm = connect_communicator(env, CommOptions{});
+    comm = connect_rank(env, at, CommOptions{});
     hc = std::make_unique<HostCollectives>(*comm, model.backend());
   }
   auto sum_over_ranks = [&](std::vector<float> v) {

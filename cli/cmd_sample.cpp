@@ -17,6 +17,7 @@
 #include "train/config.h"
 #include "train/generate.h"
 #include "train/model_source.h"
+#include "train/rank_setup.h"
 
 namespace rz {
 namespace {
@@ -66,7 +67,9 @@ int run_sample(int argc, char** argv) {
            tokenizer_spec.c_str(), tok->vocab_size(), model_path.c_str(), mf.cfg.vocab_size);
   ModelOptions mo;
   mo.precision = settings.precision();
-  mo.device = settings.device.device();
+  const RankPlacement at = place_rank(settings.device, RankEnv{}, CommBackend::ring);  // one process
+  mo.device = at.device;
+  mo.backend = at.backend;
   GPT2 model(mf.cfg, mo);
   model.set_params_f32(mf.params.data());
 

@@ -6,22 +6,17 @@
 #include <vector>
 
 #include "base/check.h"
-#include "comm/factory.h"
-#include "launch/launch.h"
 #include "cli/command.h"
 #include "train/config.h"
 #include "train/flight.h"
 #include "train/loop.h"
+#include "train/rank_setup.h"
 #include "train/run_paths.h"
 #include "train/save_dir_lock.h"
 #include "viz/timeline.h"
 
 namespace rz {
 namespace {
-
-// A process is already a rank when ringzero's launcher or one that rank_env_from_environment
-// knows (torchrun, mpirun, srun) started it.
-bool started_as_rank() { return launched_by_ringzero() || *rank_env_from_environment().launcher != 0; }
 
 int run_train(int argc, char** argv) {
   TrainConfig cfg;
@@ -35,23 +30,14 @@ int run_train(int argc, char** argv) {
   }
   // An explicit launch flag beside a launcher's environment (a stale RANK/WORLD_SIZE) is
   // refused: the environment would win, nothing be launched, and the rank wait out its timeout.
-  std::vector<std::string> launch_flags;
+  RankLaunch job{cfg.nproc_per_node, cfg.nnodes, cfg.node_rank, cfg.master_addr, cfg.master_port, {}};
   for (const char* key : {"nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port"})
     if (auto it = cfg.origins.find(key); it != cfg.origins.end() && it->second == TrainConfig::Origin::flag) {
       std::string flag = std::string("--") + key;
       std::replace(flag.begin(), flag.end(), '_', '-');
-      launch_flags.push_back(flag + " " + get_config_value(cfg, key));
+      job.given_flags.push_back(flag + " " + get_config_value(cfg, key));
     }
-  refuse_launch_flags_under_launcher(launch_flags);
-  if ((cfg.nproc_per_node > 1 || cfg.nnodes > 1) && !started_as_rank()) {
-    std::vector<std::string> child = {self_executable()};
-    for (int i = 0; i < argc; ++i) child.emplace_back(argv[i]);
-    LaunchOptions lo;
-    lo.nproc_per_node = cfg.nproc_per_node;
-    lo.nnodes = cfg.nnodes;
-    lo.node_rank = cfg.node_rank;
-    lo.master_addr = cfg.master_addr;
-    lo.master_port = cfg.master_port;
+  if (should_launch(job)) {
     // One job per save-dir, held from here until the launcher and its last rank are gone
     // (train/save_dir_lock.h); taken before any rank touches the directory.
     const SaveDirLock lock = SaveDirLock::for_launcher(cfg.save_dir, cfg.node_rank);
@@ -60,7 +46,7 @@ int run_train(int argc, char** argv) {
     const std::string flight_dir = resolve_flight_dir(cfg);
     setenv("RINGZERO_FLIGHT_DIR", flight_dir.c_str(), 1);
     const double launched_at = unix_now();
-    const int rc = launch_local_ranks(child, lo);
+    const int rc = launch_ranks(job, std::vector<std::string>(argv, argv + argc));
     if (rc != 0) print_flight_summary(flight_dir, launched_at);
     return rc;
   }

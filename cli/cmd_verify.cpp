@@ -25,6 +25,7 @@
 #include "cli/command.h"
 #include "train/config.h"
 #include "train/model_source.h"
+#include "train/rank_setup.h"
 
 namespace rz {
 namespace {
@@ -97,7 +98,9 @@ int run_verify(int argc, char** argv) {
 
   ModelOptions mo;
   mo.precision = prec;
-  mo.device = settings.device.device();
+  const RankPlacement at = place_rank(settings.device, RankEnv{}, CommBackend::ring);  // one process
+  mo.device = at.device;
+  mo.backend = at.backend;
   GPT2 model(cfg, mo);
   model.set_params_f32(mf.params.data());
   const float loss = model.forward(st.x.data(), st.y.data(), st.B, st.T);

@@ -37,7 +37,7 @@ std::string host_identity() {
 // rank<R>.json would overwrite the NCCL one's).
 CommOptions sim_nccl_ring_options(const CommOptions& opts) {
   CommOptions o = opts;
-  o.device_buffers = false;
+  o.device = Device{};  // host buffers: the ring under the simulated NCCL moves host copies
   o.flight_entries = 0;
   o.flight_watchdog_s = 0.0;
   o.trace_spans = false;
@@ -90,9 +90,10 @@ namespace {
 enum class CommPath { nccl, sim_nccl, host_ring, cuda_ring, sim_cuda_ring };
 
 CommPath comm_path_for(const CommOptions& opts) {
-  if (opts.backend == CommBackend::nccl) return opts.sim_device ? CommPath::sim_nccl : CommPath::nccl;
-  if (!opts.device_buffers) return CommPath::host_ring;
-  return opts.sim_device ? CommPath::sim_cuda_ring : CommPath::cuda_ring;
+  const bool sim = opts.device.kind == DeviceKind::sim;
+  if (opts.backend == CommBackend::nccl) return sim ? CommPath::sim_nccl : CommPath::nccl;
+  if (opts.device.is_cpu()) return CommPath::host_ring;
+  return sim ? CommPath::sim_cuda_ring : CommPath::cuda_ring;
 }
 
 // What this build or the options rule out, each in one line before any rendezvous.

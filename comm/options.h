@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/memory.h"
+
 namespace rz {
 
 // The collective backends --comm selects: ringzero's own ring, the MPI library (mpirun), or
@@ -56,10 +58,13 @@ struct CommOptions {
   size_t flight_entries = kFlightEntriesDefault;
   std::string flight_dir;           // empty: env RINGZERO_FLIGHT_DIR, else no files
   double flight_watchdog_s = 0.0;
-  int cuda_device = -1;             // nccl, ring with device_buffers: the GPU of this rank; -1: local rank modulo the visible GPUs
-  void* cuda_stream = nullptr;      // nccl, ring with device_buffers: the cudaStream_t that produces the buffers; null: the legacy default stream
-  bool device_buffers = false;      // ring: the buffers are GPU memory, so the ring runs over its cuda transport (one host: CUDA IPC; several, or tcp: staged through pinned host memory)
-  bool sim_device = false;          // nccl, ring with device_buffers: the buffers are the simulated device's (--device sim, base/sim_device.h): the cuda transport and nccl run over their simulated calls
+  // Where the buffers live: the rank's placed device (train/rank_setup.h's place_rank decides
+  // it, ordinal included; comm only checks it against the devices it sees). cpu: host buffers.
+  // cuda:K: GPU K, so the ring runs over its cuda transport (one host: CUDA IPC; several, or
+  // tcp: staged through pinned host memory) and nccl on that GPU. sim:K: the simulated
+  // device's (base/sim_device.h), where the cuda transport and nccl run over simulated calls.
+  Device device;
+  void* cuda_stream = nullptr;      // nccl, ring on a device: the cudaStream_t that produces the buffers; null: the legacy default stream
   bool trace_spans = true;          // ring: a --trace comm-track span per collective (off for the ring inside the simulated NCCL, whose collectives are NCCL's spans)
   // Compared across ranks at the rendezvous, with the world size, before any transport is
   // built: a difference is a one-line error on every rank naming the key and the ranks

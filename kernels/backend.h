@@ -36,7 +36,7 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "base/trace.h"
-#include "kernels/cpu/adamw.h"  // AdamWStep: the step description every backend takes
+#include "kernels/adamw_step.h"  // AdamWStep: the step description every backend takes
 
 // What --help says of the GPU code's status (the CUDA backend, the ring's cuda transport,
 // nccl; docs/cuda.md, docs/gpu-comm.md), written once so that it changes in one place. A
@@ -298,14 +298,8 @@ inline Ops<float>& Backend::ops<float>() { return *f32_; }
 template <>
 inline Ops<bf16>& Backend::ops<bf16>() { return *bf16_; }
 
-// The backend for a device (cpu, cuda:K, sim:K). For cuda it fails with one line naming the cause: a build
-// without the CUDA backend, no driver, no device, or an index past the device count.
-std::unique_ptr<Backend> make_backend(Device dev);
-
-// The process's CPU backend (stateless; shared by everyone who needs host compute).
-Backend& cpu_backend();
-
-// True when this build includes the CUDA backend (RINGZERO_CUDA).
-bool cuda_backend_built();
+// The backend for a device is kernels/registry/device_registry.h's make_backend (one row per
+// device kind); above kernels/ only train/rank_setup.h's place_rank calls it. The process's
+// shared CPU backend for host compute is kernels/cpu/cpu_backend.h's cpu_backend().
 
 }  // namespace rz

@@ -8,8 +8,8 @@
 // one provider is linked into each executable (kernels/CMakeLists.txt chooses it by the
 // target's RINGZERO_CUDA_RUNTIME property), so the same libraries (model, strategies,
 // trainer) serve all three and no product code asks which it is. ggml's backend reg
-// (a name, a device count, a device's backend) is the model; a registry of every kind
-// (cpu, cuda, sim) can grow from it.
+// (a name, a device count, a device's backend) is the model; the registry of every kind
+// (cpu, cuda, sim) is kernels/registry/device_registry.h, whose rows are DeviceProviders.
 #pragma once
 
 #include <memory>

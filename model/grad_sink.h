@@ -12,6 +12,7 @@
 
 #include "base/memory.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "model/layout.h"
 
 namespace rz {

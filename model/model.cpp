@@ -34,6 +34,7 @@
 #include "base/check.h"
 #include "base/memory.h"
 #include "base/trace.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/gemm_alignment.h"
 #include "model/activations.h"
 
@@ -75,7 +76,7 @@ struct Model::Impl {
   ModelOptions opts;
   ParamLayout layout;
   std::vector<std::pair<size_t, size_t>> ready_ranges;  // grad_ready_ranges(layout)
-  std::unique_ptr<Backend> backend;
+  std::shared_ptr<Backend> backend;  // ModelOptions::backend, or the shared cpu_backend()
   Buffer<unsigned char> params;  // layout.total elements of E, on the backend's device
   Buffer<unsigned char> acts;    // carved by carve_acts for (capB, capT), same device
   int capB = 0, capT = 0;        // activation capacity
@@ -524,7 +525,13 @@ Model::Model(const ModelConfig& cfg, const ModelOptions& opts) : impl_(std::make
            device_name(opts.device).c_str(), impl_->cfg.channels, C_bytes, precision_name(opts.precision),
            unsigned(kGemmAlignBytes));
   impl_->ready_ranges = grad_ready_ranges(impl_->layout);
-  impl_->backend = make_backend(opts.device);
+  RZ_CHECK(opts.backend != nullptr || opts.device.is_cpu(),
+           "model on device %s: no backend given (ModelOptions::backend: the rank's, from train/rank_setup.h's "
+           "place_rank)", device_name(opts.device).c_str());
+  // Null on the host: cpu_backend(), which lives as long as the process (not owned here).
+  impl_->backend = opts.backend != nullptr ? opts.backend : std::shared_ptr<Backend>(std::shared_ptr<Backend>(), &cpu_backend());
+  RZ_CHECK(impl_->backend->device() == opts.device, "model on device %s: its backend is on %s",
+           device_name(opts.device).c_str(), device_name(impl_->backend->device()).c_str());
   const size_t param_bytes = impl_->layout.total * precision_bytes(opts.precision);
   if (opts.shared_params && opts.device.is_cpu()) impl_->params.allocate_shared(MemTag::params, param_bytes);
   else impl_->params.allocate(MemTag::params, param_bytes, opts.device);

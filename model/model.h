@@ -29,6 +29,9 @@ struct ModelOptions {
   Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;
   Device device;                // where parameters and activations live (the host by default)
+  // The op table on `device`, shared with the rank's placement (train/rank_setup.h's
+  // place_rank builds it once per rank). Null: the host's shared cpu_backend() (cpu only).
+  std::shared_ptr<Backend> backend;
   Attention attention = Attention::materialized;  // what attention saves for backward
   // Host parameters in memory peer processes can map (Buffer::allocate_shared): the
   // launcher sets it when the strategy gathers into them over a communicator that reads

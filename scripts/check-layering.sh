@@ -11,8 +11,8 @@
 #   model    base kernels                   GPT-2 over the kernels
 #   zero     base comm kernels model        strategies, buckets, memory accounting
 #   viz      base comm kernels zero         pictures (gnuplot), the --trace timeline, the ring example
-#   train    base comm kernels data         the trainer: config, loop, checkpoints, metrics
-#            model zero viz
+#   train    base comm launch kernels data  the trainer: config, loop, checkpoints, metrics, and
+#            model zero viz                 the one rank setup (train/rank_setup.h: launch or become a rank)
 #   cli      every module above             the ringzero executable: one file per subcommand
 #
 # tests/ and bench/ may include anything. An include that climbs out with "../" is refused
@@ -30,7 +30,7 @@ declare -A allowed=(
   [model]="base kernels"
   [zero]="base comm kernels model"
   [viz]="base comm kernels zero"
-  [train]="base comm kernels data model zero viz"
+  [train]="base comm launch kernels data model zero viz"
   [cli]="base comm launch kernels data model zero viz train"
 )
 

@@ -33,7 +33,9 @@
 #include "base/bf16.h"
 #include "base/memory.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/device_provider.h"
+#include "kernels/registry/device_registry.h"
 #include "tests/gpu_compare.h"
 
 namespace rz::test {

@@ -448,7 +448,7 @@ TEST_CASE("cuda transport: fewer device slots than the control channel's lookahe
 TEST_CASE("ring with GPU buffers: where it cannot run, one line before any rendezvous") {
   const std::string why = cuda_ring_unavailable();
   CommOptions o;
-  o.device_buffers = true;
+  o.device = Device{DeviceKind::cuda, 0};
   o.timeout_s = 600;
   RankEnv env;
   env.world_size = 2;

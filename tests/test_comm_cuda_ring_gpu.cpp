@@ -23,6 +23,7 @@
 #include "base/memory.h"
 #include "comm/transport/device_ring.h"
 #include "kernels/backend.h"
+#include "kernels/registry/device_registry.h"
 #include "run_ringzero.h"
 #include "gpu_procs.h"
 #include "test_comm_procs.h"
@@ -145,8 +146,7 @@ TEST_CASE("cuda transport: 2 and 4 ranks on GPU 0, every collective against clos
   for (auto [N, transport, name] : {std::tuple<int, const char*, const char*>{2, "auto", "cuda"}, {4, "auto", "cuda"},
                                     {2, "tcp", "cuda-tcp"}}) {
     CommOptions o;
-    o.device_buffers = true;
-    o.cuda_device = 0;
+    o.device = Device{DeviceKind::cuda, 0};
     o.transport = parse_comm_transport(transport);
     o.segment_bytes = 64 << 10;  // 1000003 fp32 elements: 62 segments, each device slot reused
     o.timeout_s = 60;

@@ -20,6 +20,7 @@
 #include "comm/nccl/nccl_communicator.h"
 #include "kernels/backend.h"
 #include "kernels/device_provider.h"
+#include "kernels/registry/device_registry.h"
 #include "gpu_procs.h"
 #include "run_ringzero.h"
 #include "test_comm_util.h"
@@ -52,7 +53,7 @@ struct DevTensor {
 std::unique_ptr<Communicator> one_nccl_rank() {
   CommOptions o;
   o.backend = CommBackend::nccl;
-  o.cuda_device = 0;
+  o.device = Device{DeviceKind::cuda, 0};
   o.timeout_s = 60;
   return connect_communicator(RankEnv{}, o);
 }

@@ -99,8 +99,7 @@ SimNcclRanks make_ranks(int N, double timeout_s = 30.0) {
     env.local_rank = r;
     CommOptions o = opts;
     o.backend = CommBackend::nccl;
-    o.sim_device = true;
-    o.device_buffers = true;
+    o.device = Device{DeviceKind::sim, r % sim::kDeviceCount};  // as place_rank spreads a host's ranks
     StoreClient store("127.0.0.1", R.server->port(), "sim-nccl-token", 10.0);
     R.comms[r] = make_nccl_communicator(env, o, &store, nullptr, make_sim_nccl_calls(std::move(rings[r])));
   });
@@ -175,8 +174,7 @@ SimRingRanks make_sim_ring_ranks(int N, size_t segment_bytes, bool staging) {
   CommOptions opts;
   opts.segment_bytes = segment_bytes;
   opts.timeout_s = 30.0;
-  opts.sim_device = true;
-  opts.device_buffers = true;
+  opts.device = Device{DeviceKind::sim, 0};  // each rank's ordinal below, as place_rank spreads a host's ranks
   auto controls = std::make_shared<std::vector<std::unique_ptr<HeapSlotRing>>>();
   auto hosts = std::make_shared<std::vector<std::unique_ptr<HeapSlotRing>>>();
   for (int r = 0; r < N; ++r) {
@@ -189,8 +187,10 @@ SimRingRanks make_sim_ring_ranks(int N, size_t segment_bytes, bool staging) {
     env.rank = r;
     env.world_size = N;
     env.local_rank = r;
+    CommOptions placed = opts;
+    placed.device.index = r % sim::kDeviceCount;
     if (staging) {
-      auto link = make_sim_link(env, opts, 0);
+      auto link = make_sim_link(env, placed, 0);
       auto host = make_slot_channel((*hosts)[(r + 1) % N]->ring(), (*hosts)[r]->ring(), r, N, opts.timeout_s, false,
                                     hosts);
       auto c = std::make_unique<RingCommunicator>(r, N, "cuda-tcp", make_staging_ring_channel(std::move(host), link), opts);
@@ -199,7 +199,7 @@ SimRingRanks make_sim_ring_ranks(int N, size_t segment_bytes, bool staging) {
       return;
     }
     const uint32_t nslots = cuda_inbox_slots();
-    auto link = make_sim_link(env, opts, nslots * segment_bytes);
+    auto link = make_sim_link(env, placed, nslots * segment_bytes);
     StoreClient store("127.0.0.1", R.server->port(), "sim-ring-token", 10.0);
     InboxRecord mine;
     mine.pid = static_cast<int>(getpid());

@@ -16,6 +16,7 @@
 
 #include "base/check.h"
 #include "kernels/gemm_alignment.h"
+#include "kernels/registry/device_registry.h"
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "tests/gpu_compare.h"
@@ -168,7 +169,9 @@ TEST_CASE("a GPU model refuses channels that would put tensors off the 16-byte g
                     Catch::Contains("channels C = 12 are 24 bytes in bf16, not a multiple of 16"));
   // fp32 rows of 48 bytes are on the grid: whatever stops this model here, it is not that.
   try {
-    GPT2 m(odd, ModelOptions(Precision::fp32, Recompute::none, gpu));
+    ModelOptions fp32(Precision::fp32, Recompute::none, gpu);
+    fp32.backend = make_backend(gpu);  // as place_rank builds it (fails here without a GPU)
+    GPT2 m(odd, fp32);
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("16-byte grid") == std::string::npos);
   }

@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/gpt2.h"
 #include "model/grad_sink.h"
+#include "kernels/registry/device_registry.h"
 #include "tests/run_ringzero.h"
 #include "tests/test_model_reference.h"
 
@@ -35,6 +36,13 @@ int main(int argc, char** argv) { return gpu_test_main(argc, argv, "test_model_c
 namespace {
 
 const Device kGpu{DeviceKind::cuda, 0};
+
+// A model on the GPU with its own backend (a rank's model shares place_rank's).
+ModelOptions on_gpu(Precision p, Recompute r = Recompute::none) {
+  ModelOptions o{p, r, kGpu};
+  o.backend = make_backend(kGpu);
+  return o;
+}
 
 struct Batch {
   std::vector<int> x, y;
@@ -74,7 +82,7 @@ Result run(GPT2& m, const Batch& b, int B, int T) {
 //          plus 0.5% -- as close to fp32 as a correct bf16 implementation gets; a wrong
 //          index or a dropped term is off by far more.
 void check_against_cpu(const GPT2Config& cfg, int B, int T, Precision prec, Attention attention) {
-  ModelOptions host_opts{prec, Recompute::none, Device{}}, dev_opts{prec, Recompute::none, kGpu};
+  ModelOptions host_opts{prec, Recompute::none, Device{}}, dev_opts = on_gpu(prec);
   host_opts.attention = dev_opts.attention = attention;
   GPT2 host(cfg, host_opts);
   GPT2 dev(cfg, dev_opts);
@@ -155,7 +163,7 @@ TEST_CASE("GPT-2 on cuda matches cpu on a batch past the grid cap", "[model][gpu
 
 // Three AdamW steps on the GPU; the losses of two runs from the same seed.
 static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
-  GPT2 model(cfg, ModelOptions{prec, Recompute::none, kGpu});
+  GPT2 model(cfg, on_gpu(prec));
   model.init_random(5);
   Backend& be = model.backend();
   const ParamLayout& lay = model.layout();
@@ -202,7 +210,7 @@ static std::vector<float> gpu_losses(const GPT2Config& cfg, Precision prec) {
 // driver must see at least what the tracker counts (it also holds the CUDA context and
 // cuBLASLt's workspace), and the host must report no such figure.
 TEST_CASE("the driver's memory figure covers the tracker's device bytes", "[model][gpu][memory]") {
-  GPT2 model(model_preset("tiny"), ModelOptions(Precision::bf16, Recompute::none, kGpu));
+  GPT2 model(model_preset("tiny"), on_gpu(Precision::bf16));
   model.init_random(7);
   const Batch b = make_batch(model.config(), 2, 16, 3);
   model.forward(b.x.data(), b.y.data(), 2, 16);
@@ -248,7 +256,7 @@ TEST_CASE("recompute layer and gelu on cuda give bitwise the gradients of none",
     std::vector<std::vector<float>> grads;
     std::vector<float> losses;
     for (Recompute r : kRecomputes) {
-      GPT2 m(cfg, ModelOptions{prec, r, kGpu});
+      GPT2 m(cfg, on_gpu(prec, r));
       m.init_random(3);
       FullGradSink g(m.layout().total, prec, m.backend());
       g.zero();

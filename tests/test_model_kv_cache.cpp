@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/registry/device_registry.h"
 #include "model/gpt2.h"
 #include "tests/gpu_compare.h"
 #include "train/generate.h"
@@ -49,6 +50,7 @@ constexpr float kSharpen = 4.0f;
 // The model with llm.c's init, every parameter then multiplied by `sharpen`.
 std::unique_ptr<GPT2> make_model(Precision p, Device dev, float sharpen = 1.0f) {
   ModelOptions o(p, Recompute::none, dev);
+  if (!dev.is_cpu()) o.backend = make_backend(dev);
   auto m = std::make_unique<GPT2>(kv_config(), o);
   m->init_random(11);
   if (sharpen != 1.0f) {

@@ -28,6 +28,7 @@
 
 #include "base/check.h"
 #include "base/memory.h"
+#include "kernels/registry/device_registry.h"
 #include "model/hf_dir.h"
 #include "model/hf_gpt2.h"
 #include "model/hf_llama.h"
@@ -442,6 +443,7 @@ TEST_CASE("the llama model on the simulated device: the CPU's bits, the KV cache
         mo.attention = att;
         const Pass cpu = run_reference_batch(cfg, params, st, mo);
         mo.device = Device{DeviceKind::sim, 0};
+        mo.backend = make_backend(mo.device);
         const Pass sim = run_reference_batch(cfg, params, st, mo);
         CHECK(sim.loss == cpu.loss);
         CHECK(std::memcmp(sim.grads.data(), cpu.grads.data(), cpu.grads.size() * sizeof(float)) == 0);
@@ -450,6 +452,7 @@ TEST_CASE("the llama model on the simulated device: the CPU's bits, the KV cache
   const nlohmann::json j = nlohmann::json::parse(slurp(fixture("tokens.json")));
   ModelOptions mo;
   mo.device = Device{DeviceKind::sim, 0};
+  mo.backend = make_backend(mo.device);
   Model model(cfg, mo);
   model.set_params_f32(params.data());
   SampleRng rng{1};

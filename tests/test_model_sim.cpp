@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/memory.h"
+#include "kernels/registry/device_registry.h"
 #include "model/gpt2.h"
 
 using namespace rz;
@@ -48,6 +49,7 @@ struct Run {
 // without targets; everything that comes back to the host.
 Run run(const GPT2Config& cfg, ModelOptions opts, Device dev) {
   opts.device = dev;
+  if (!dev.is_cpu()) opts.backend = make_backend(dev);
   GPT2 m(cfg, opts);
   REQUIRE(m.device() == dev);
   m.init_random(7);
@@ -102,7 +104,9 @@ TEST_CASE("the model on the simulated device: losses, gradients and logits are t
 TEST_CASE("model memory on the simulated device is device memory, per tag", "[model][sim]") {
   MemoryTracker& mt = MemoryTracker::global();
   const size_t host_params = mt.current(MemTag::params), host_acts = mt.current(MemTag::activations);
-  GPT2 m(sim_config(), ModelOptions(Precision::fp32, Recompute::none, Device{DeviceKind::sim, 1}));
+  ModelOptions on_sim(Precision::fp32, Recompute::none, Device{DeviceKind::sim, 1});
+  on_sim.backend = make_backend(on_sim.device);
+  GPT2 m(sim_config(), on_sim);
   const size_t want = m.layout().total * sizeof(float);
   CHECK(mt.current(MemTag::params, DeviceKind::sim) >= want);
   CHECK(mt.current(MemTag::params) == host_params);

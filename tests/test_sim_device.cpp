@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/device_spec.h"
 #include "base/memory.h"
 #include "base/sim_device.h"
 
@@ -74,6 +75,7 @@ TEST_CASE("a host read or write of device memory dies naming the simulated devic
   for (bool write : {false, true}) {
     CAPTURE(write);
     const ChildResult r = in_child([write] {
+      sim::register_allocator();  // as the sim backend does when it is made
       Buffer<float> buf(MemTag::workspace, 1000, Device{DeviceKind::sim, 0});
       volatile float* p = buf.data() + 10;
       std::fprintf(stderr, "address %p\n", static_cast<void*>(const_cast<float*>(p)));
@@ -143,6 +145,7 @@ TEST_CASE("host_view checks every pointer an op receives, naming the op and the 
 }
 
 TEST_CASE("device buffers are counted per tag under DeviceKind::sim, not as host memory") {
+  sim::register_allocator();  // as the sim backend does when it is made
   MemoryTracker& mt = MemoryTracker::global();
   const size_t host0 = mt.current(MemTag::grads), sim0 = mt.current(MemTag::grads, DeviceKind::sim);
   const size_t in_use0 = sim::device_bytes_in_use();
@@ -155,10 +158,10 @@ TEST_CASE("device buffers are counted per tag under DeviceKind::sim, not as host
   }
   CHECK(mt.current(MemTag::grads, DeviceKind::sim) == sim0);
   CHECK(device_name(Device{DeviceKind::sim, 2}) == "sim:2");
-  CHECK(parse_device("sim") == Device{DeviceKind::sim, 0});
-  CHECK(parse_device("sim:7") == Device{DeviceKind::sim, 7});
-  CHECK(error_of([] { parse_device("sim:8"); }).find("ordinals sim:0 .. sim:7") != std::string::npos);
-  CHECK(error_of([] { parse_device("sim:x"); }).find("device: expected cpu, cuda or cuda:K") == 0);
+  CHECK(parse_device_spec("sim").device() == Device{DeviceKind::sim, 0});
+  CHECK(parse_device_spec("sim:7").device() == Device{DeviceKind::sim, 7});
+  CHECK(error_of([] { parse_device_spec("sim:8"); }).find("ordinals sim:0 .. sim:7") != std::string::npos);
+  CHECK(error_of([] { parse_device_spec("sim:x"); }).find("device: expected cpu, cuda or cuda:K") == 0);
 }
 
 TEST_CASE("a shared range maps into another process as device memory, the same bytes") {

@@ -229,6 +229,11 @@ TEST_CASE("GPU ranks do not claim shared-memory parameters; zero3 stays on CPU r
   const Run z3 = train("zero3_sim", common(2, "zero3", "fp32") + " --device sim", false);
   CHECK(z3.out.status != 0);
   CHECK(z3.out.output.find("zero3 runs on CPU ranks only") != std::string::npos);
+  // One GPU rank too, and from the setup's check before the rendezvous and the model's
+  // allocation (its "with N ranks"), not from the strategy's after them.
+  const Run z3_one = train("zero3_sim_one", common(1, "zero3", "fp32") + " --device sim", false);
+  CHECK(z3_one.out.status != 0);
+  CHECK(z3_one.out.output.find("device sim:0 with 1 ranks: zero3 runs on CPU ranks only") != std::string::npos);
 }
 
 TEST_CASE("verify, sample and bench-step on the simulated device: the CPU's numbers", "[train][sim]") {

@@ -26,10 +26,8 @@
 #include "base/memory.h"
 #include "base/trace.h"
 #include "base/stop_signal.h"
-#include "comm/transport/device_ring.h"
 #include "comm/factory.h"
 #include "comm/debug/flight_recorder.h"
-#include "comm/nccl/nccl_communicator.h"
 #include "data/eval_file.h"
 #include "data/loader.h"
 #include "data/prepare.h"
@@ -38,6 +36,7 @@
 #include "model/saved_model.h"
 #include "model/gpt2.h"
 #include "train/checkpoint.h"
+#include "train/rank_setup.h"
 #include "train/config_agree.h"
 #include "train/config_resolved.h"
 #include "train/flight.h"
@@ -124,7 +123,7 @@ class Trainer {
   void write_rank_files(const std::string& dir, int step);
   bool stop_agreed(const StepEnd& end);
   void check_precision_agrees();
-  CommOptions comm_options(bool sim_device) const;
+  CommOptions comm_options() const;
   void count_skips(StepRecord& rec);
   int stop_after(int step);
   void memory_report();
@@ -140,6 +139,7 @@ class Trainer {
 
   const TrainConfig& cfg_;
   RankEnv env_;
+  RankPlacement at_;  // this rank's device and backend (train/rank_setup.h); outlives comm_ and model_
   int rank_ = 0, world_ = 1, accum_ = 1;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<HostCollectives> host_comm_;  // comm_ for host values, through the model's backend
@@ -178,7 +178,7 @@ class Trainer {
 };
 
 // The communicator the run's settings ask for, on this rank's device.
-CommOptions Trainer::comm_options(bool sim_device) const {
+CommOptions Trainer::comm_options() const {
   CommOptions copts;
   copts.backend = cfg_.comm;
   copts.transport = cfg_.transport;
@@ -189,15 +189,10 @@ CommOptions Trainer::comm_options(bool sim_device) const {
   copts.flight_watchdog_s = cfg_.flight_watchdog;
   // What every rank must share (the settings table's agree column), compared at the rendezvous.
   if (world_ > 1) copts.agreement = settings_to_agree(cfg_);
-  if (!device_.is_cpu()) {
-    // GPU ranks: gradients and parameters are device buffers on this rank's GPU. Each
-    // collective follows the legacy default stream, which orders it after the CUDA
-    // backend's (blocking) compute stream: backward's writes to a bucket, AdamW before the
-    // parameter all-gather.
-    copts.device_buffers = true;
-    copts.cuda_device = device_.index;
-    copts.sim_device = sim_device;
-  }
+  // GPU ranks (connect_rank puts the buffers on this rank's device): each collective follows
+  // the legacy default stream (cuda_stream null), which orders it after the CUDA backend's
+  // (blocking) compute stream: backward's writes to a bucket, AdamW before the parameter
+  // all-gather.
   return copts;
 }
 
@@ -210,26 +205,15 @@ void Trainer::setup() {
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && cfg_.threads == 0)
     check_thread_count(std::atoll(omp), "OMP_NUM_THREADS (or set --threads)");
   precision_ = cfg_.precision();
-  device_ = cfg_.device.device();
-  RZ_CHECK(device_.is_cpu() || world_ == 1 || cfg_.comm != CommBackend::mpi,
-           "device %s with %d ranks: --comm mpi moves host buffers only; GPU ranks need --comm ring (ranks on one "
-           "host, over its cuda transport) or --comm nccl",
-           device_name(device_).c_str(), world_);
-  check_strategy_device(cfg_.strategy, !device_.is_cpu() && world_ > 1,
-                        strfmt("device %s with %d ranks", device_name(device_).c_str(), world_));
+  // The one check of the strategy against the device, on every GPU rank count (the strategy
+  // would refuse the same later, after the rendezvous and the model's allocation).
+  check_strategy_device(cfg_.strategy, !cfg_.device.device().is_cpu(),
+                        strfmt("device %s with %d ranks", device_name(cfg_.device.device()).c_str(), world_));
   // The simulated device (--device sim, for tests) takes every branch a GPU takes: its
   // memory is device memory that host code cannot touch, its communicators nccl's and the
   // cuda transport's own code over simulated calls.
-  const bool sim_device = device_.kind == DeviceKind::sim;
-  if (!device_.is_cpu() && world_ > 1 && !cfg_.device.has_index()) {
-    // Plain `cuda` (or `sim`) on several ranks: rank r takes GPU LOCAL_RANK mod the
-    // visible GPUs, the one its communicator picks.
-    CommOptions probe;
-    probe.backend = cfg_.comm;
-    probe.sim_device = sim_device;
-    device_.index = cfg_.comm == CommBackend::nccl ? nccl_device_for(env_, probe) : cuda_ring_device_for(env_, probe);
-  }
-  if (!device_.is_cpu()) make_backend(device_);  // no build support, driver or device: fail now
+  at_ = place_rank(cfg_.device, env_, cfg_.comm);
+  device_ = at_.device;
   RZ_CHECK(cfg_.init.kind != ModelSourceKind::llmc || fs::exists(cfg_.init.path), "init: %s: no such file",
            cfg_.init.path.c_str());
 
@@ -280,10 +264,11 @@ void Trainer::setup() {
 
   if (!cfg_.save_dir.empty()) check_save_dir();
 
-  comm_ = connect_communicator(env_, comm_options(sim_device));
+  comm_ = connect_rank(env_, at_, comm_options());
   if (cfg_.precision_choice == PrecisionChoice::automatic && world_ > 1 && device_.is_cpu()) check_precision_agrees();
 
   ModelOptions mopts{precision_, cfg_.recompute, device_};
+  mopts.backend = at_.backend;
   mopts.attention = cfg_.attention;
   // zero1/zero2 AllGather the updated parameters in place every step: in memory the peers
   // map, the shm transport reads each chunk with one memcpy (docs/comm.md, direct reads).

@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/file.h"
 #include "base/trace.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "zero/host_collectives.h"
 
 namespace rz {

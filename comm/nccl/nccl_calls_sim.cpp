@@ -289,6 +289,7 @@ class SimNcclCalls final : public NcclCalls {
 }  // namespace
 
 std::unique_ptr<NcclCalls> make_sim_nccl_calls(std::unique_ptr<Communicator> host_ring) {
+  sim::register_allocator();  // the rank's buffers may come before any sim backend (comm tests)
   return std::make_unique<SimNcclCalls>(std::move(host_ring));
 }
 

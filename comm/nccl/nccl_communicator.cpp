@@ -24,8 +24,9 @@
 namespace rz {
 
 int nccl_device_for(const RankEnv& env, const CommOptions& opts) {
-  const int n = opts.sim_device ? sim::kDeviceCount : nccl_cuda_device_count(env.rank);
-  return rank_device(env, opts.cuda_device, n, "comm nccl", opts.sim_device ? "sim" : "cuda");
+  const bool sim = opts.device.kind == DeviceKind::sim;
+  const int n = sim ? sim::kDeviceCount : nccl_cuda_device_count(env.rank);
+  return rank_device(env, opts.device.index, n, "comm nccl", sim ? "sim" : "cuda");
 }
 
 namespace {

@@ -44,9 +44,9 @@ bool nccl_backend_built();
 // driver or device). Never throws.
 std::string nccl_unavailable();
 
-// The GPU a rank uses: opts.cuda_device when set (>= 0), else local_rank modulo the
-// visible device count (opts.sim_device: the simulated device's). Fails with one line
-// when there is no device.
+// The GPU a rank uses: opts.device's ordinal (placed by the caller), checked against the
+// visible device count (a sim device: the simulated device's). Fails with one line when
+// there is no such device.
 int nccl_device_for(const RankEnv& env, const CommOptions& opts);
 
 // One rank of an NCCL communicator over env.world_size ranks. store is the rendezvous

@@ -20,11 +20,11 @@ namespace rz {
 std::string cuda_ring_unavailable() { return comm_cuda::devices_unavailable(); }
 
 int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
-  if (opts.sim_device) return sim_ring_device_for(env, opts);
+  if (opts.device.kind == DeviceKind::sim) return sim_ring_device_for(env, opts);
   int n = 0;
   const std::string why = comm_cuda::devices_unavailable(&n);
   RZ_CHECK(why.empty(), "comm ring, cuda transport: rank %d: %s", env.rank, why.c_str());
-  return rank_device(env, opts.cuda_device, n, "comm ring, cuda transport", "cuda");
+  return rank_device(env, opts.device.index, n, "comm ring, cuda transport", "cuda");
 }
 
 namespace {

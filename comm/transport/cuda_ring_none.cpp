@@ -10,7 +10,7 @@ std::string cuda_ring_unavailable() {
   return "this ringzero was built without CUDA (the ring's cuda transport needs nvcc; CMake option RINGZERO_CUDA)";
 }
 int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts) {
-  if (opts.sim_device) return sim_ring_device_for(env, opts);
+  if (opts.device.kind == DeviceKind::sim) return sim_ring_device_for(env, opts);
   RZ_FAIL("comm ring, cuda transport: %s", cuda_ring_unavailable().c_str());
 }
 std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv&, const CommOptions&, size_t) {

@@ -121,7 +121,7 @@ uint32_t cuda_inbox_slots();
 std::unique_ptr<RingChannel> connect_cuda_channel(const RankEnv& env, const CommOptions& opts, StoreClient& store,
                                                   std::shared_ptr<DeviceLink> link, size_t slot_bytes);
 
-// --- the simulated device (comm/transport/sim_ring.cpp, always built; CommOptions::sim_device) ------
+// --- the simulated device (comm/transport/sim_ring.cpp, always built; CommOptions::device sim:K) ------
 // The same link over base/sim_device.h: its memory is the simulated device's, its comm
 // stream a sim::Stream; the inbox is shared through the arena's memfd.
 int sim_ring_device_for(const RankEnv& env, const CommOptions& opts);
@@ -132,8 +132,8 @@ std::shared_ptr<DeviceLink> make_sim_link(const RankEnv& env, const CommOptions&
 // "" when the cuda transport can run here; else why not (a build without CUDA, no driver
 // or device). Never throws.
 std::string cuda_ring_unavailable();
-// The GPU of a rank: opts.cuda_device when >= 0, else local_rank modulo the visible GPUs
-// (opts.sim_device: sim_ring_device_for, in every build).
+// The GPU of a rank: opts.device's ordinal (placed by the caller), checked against the
+// visible GPUs (a sim device: sim_ring_device_for, in every build).
 int cuda_ring_device_for(const RankEnv& env, const CommOptions& opts);
 // A link on that GPU with a comm stream and an inbox of inbox_bytes (0: none, one rank).
 std::shared_ptr<DeviceLink> make_cuda_link(const RankEnv& env, const CommOptions& opts, size_t inbox_bytes);

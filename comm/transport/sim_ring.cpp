@@ -124,10 +124,11 @@ class SimLink final : public DeviceLink {
 }  // namespace
 
 int sim_ring_device_for(const RankEnv& env, const CommOptions& opts) {
-  return rank_device(env, opts.cuda_device, sim::kDeviceCount, "comm ring, cuda transport", "sim");
+  return rank_device(env, opts.device.index, sim::kDeviceCount, "comm ring, cuda transport", "sim");
 }
 
 std::shared_ptr<DeviceLink> make_sim_link(const RankEnv& env, const CommOptions& opts, size_t inbox_bytes) {
+  sim::register_allocator();  // the rank's buffers may come before any sim backend (comm tests)
   return std::make_shared<SimLink>(env.rank, sim_ring_device_for(env, opts), inbox_bytes);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_kv.h"
 #include "kernels/cpu/convert.h"
@@ -176,5 +177,10 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+Backend& cpu_backend() {
+  static std::unique_ptr<Backend> cpu = make_cpu_backend();
+  return *cpu;
+}
 
 }  // namespace rz

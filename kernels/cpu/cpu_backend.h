@@ -11,4 +11,7 @@ namespace rz {
 
 std::unique_ptr<Backend> make_cpu_backend();
 
+// The process's CPU backend (stateless; shared by everyone who needs host compute).
+Backend& cpu_backend();
+
 }  // namespace rz

@@ -16,6 +16,7 @@
 #include "base/sim_device.h"
 #include "base/trace.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/attention_kv.h"
 #include "kernels/cpu/rope.h"
 
@@ -341,6 +342,7 @@ class SimBackend final : public Backend {
 std::unique_ptr<Backend> make_sim_backend(int index) {
   RZ_CHECK(index >= 0 && index < sim::kDeviceCount, "device sim:%d: the simulated device has ordinals 0..%d", index,
            sim::kDeviceCount - 1);
+  sim::register_allocator();  // Buffers on sim:K, as the CUDA backend registers cudaMalloc
   return std::make_unique<SimBackend>(index);
 }
 
