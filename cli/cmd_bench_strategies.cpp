@@ -117,7 +117,7 @@ std::vector<StrategyKind> bench_kinds(const BenchArgs& a) {
   return {std::begin(kStrategyKinds), std::end(kStrategyKinds)};
 }
 
-// Samples of the timed steps (after --warmup), one per step.
+// Samples of the timed steps (after --untimed-steps), one per step.
 struct StepSamples {
   std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
 };
@@ -225,8 +225,10 @@ int run_bench_strategies(int argc, char** argv) {
   CLI::App app{
       "Step time of ddp vs zero1 vs zero2 vs zero3 on --nproc ranks (processes), and the share of the\n"
       "gradient communication hidden behind backward (zero3: also of its parameter all-gathers).\n"
-      "Synthetic tokens; rank 0 prints one line\n"
-      "per strategy with medians over --steps timed steps (after --warmup) and a hash of the\n"
+      "Each step is train's own (forward, backward into the strategy, its step: clip with --grad-clip,\n"
+      "AdamW with --weight-decay, at the constant rate --lr) on synthetic tokens; one launch of the\n"
+      "ranks runs the strategies in turn. Rank 0 prints one line\n"
+      "per strategy with medians over --steps timed steps (after --untimed-steps) and a hash of the\n"
       "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).\n"
       "The shape: --model's preset, or --config's (a training config: its model keys, batch, seq,\n"
       "precision, ranks, bucket size), then the flags. step_cpu_ms is rank 0's process CPU per step\n"
