@@ -176,6 +176,24 @@ const Collective& collective(const std::string& op) {
   RZ_FAIL("--op: expected %s, found '%s'", collective_names().c_str(), op.c_str());
 }
 
+// Rank 0's lines above the table (not with --json): the GPU's copy bandwidth, the run, the
+// nccl-tests column heads.
+void print_table_header(Communicator& c, const BenchArgs& a, const BenchMemory& mem, size_t seg, int ranks_on_gpu) {
+  const bool dev = mem.dev != nullptr;
+  if (dev)
+    std::printf("# %s: device-to-device copy %.1f GB/s (measured in this run); %d rank(s) on this GPU\n",
+                mem.dev->name().c_str(), mem.copy_gbps, ranks_on_gpu);
+  std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
+              a.op.c_str(), c.size(), c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters,
+              a.warmup_iters);
+  std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
+              dev ? "       bound  %bound" : "");
+  std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+              dev ? "        (us)        " : "");
+  if (mem.shared) std::printf("# host tensors in shared memory: the peers read AllGather chunks in place (memcpy)\n");
+  std::fflush(stdout);
+}
+
 // One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
 uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg,
                     const BenchMemory& mem_in = {}) {
@@ -210,20 +228,7 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     std::vector<float> devs = gather_floats(float(mem.dev->device().index));
     ranks_on_gpu = int(std::count(devs.begin(), devs.end(), float(mem.dev->device().index)));
   }
-  if (print && !a.json && mem.dev != nullptr)
-    std::printf("# %s: device-to-device copy %.1f GB/s (measured in this run); %d rank(s) on this GPU\n",
-                mem.dev->name().c_str(), mem.copy_gbps, ranks_on_gpu);
-  if (print && !a.json) {
-    std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
-                a.op.c_str(), N, c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters, a.warmup_iters);
-    const bool dev = mem.dev != nullptr;
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
-                dev ? "       bound  %bound" : "");
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
-                dev ? "        (us)        " : "");
-    if (mem.shared) std::printf("# host tensors in shared memory: the peers read AllGather chunks in place (memcpy)\n");
-    std::fflush(stdout);
-  }
+  if (print && !a.json) print_table_header(c, a, mem, seg, ranks_on_gpu);
   uint64_t wrong_total = 0;
   for (size_t bytes = std::max<size_t>(min_b, esz); bytes <= max_b; bytes *= 2) {
     const size_t count = bytes / esz;
