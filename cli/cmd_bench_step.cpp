@@ -207,7 +207,8 @@ int run_bench_step(int argc, char** argv) {
       "token, as llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend\n"
       "(the CPU matmul kernels: gemm_f32 or Eigen; cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
       "against the GEMM rate measured in the same run).\n"
-      "The shape: --model's preset, then --config's model keys, batch and seq, then the shape flags.\n"
+      "The shape: --model's preset, then --config's model keys, batch and seq (and its lr, weight_decay and\n"
+      "grad_clip), then the flags.\n"
       "--ops adds the step's CPU time split by kernel family (CPU kernels).",
       "ringzero bench-step"};
   add_bench_step_flags(app, a);
