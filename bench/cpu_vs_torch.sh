@@ -4,7 +4,7 @@
 # a shared machine). Prints `uptime` before and after and one row per pair.
 #   bench/cpu_vs_torch.sh NAME RUNS 'RINGZERO BENCH-STEP SHAPE ARGS' 'TORCH SHAPE ARGS'
 # e.g. bench/cpu_vs_torch.sh tiny64 3 \
-#   '--model tiny --layers 4 --channels 128 --heads 4 --vocab 257 --max-seq 128 --batch 16 --seq 64 --steps 10 --warmup 2' \
+#   '--model tiny --layers 4 --channels 128 --heads 4 --vocab 257 --max-seq 128 --batch 16 --seq 64 --steps 10 --untimed-steps 2' \
 #   '--layers 4 --channels 128 --heads 4 --vocab 257 --seq 64 --batch 16 --steps 10'
 # Environment: RZ (the binary, default build/ringzero), TIMEOUT (farm-bench's, default 900).
 set -euo pipefail

@@ -32,7 +32,7 @@ torch_round() {  # prints "CPU_MS WALL_MS" of rank 0
 }
 rz_round() {  # prints "CPU_MS WALL_MS RANK_CPU_MS..." of rank 0
   "$rz" bench-strategies --config configs/tiny.toml --nproc 2 --strategy "$strategy" --seq "$seq" --batch "$batch" \
-    --steps 10 --warmup 2 >"$tmp/rz.txt" 2>&1 || { cat "$tmp/rz.txt" >&2; exit 1; }
+    --steps 10 --untimed-steps 2 >"$tmp/rz.txt" 2>&1 || { cat "$tmp/rz.txt" >&2; exit 1; }
   awk '/ step_cpu_ms / { for (i = 1; i <= NF; ++i) { if ($i == "step_ms") w = $(i + 1); if ($i == "step_cpu_ms") c = $(i + 1) }
         sub(/.*\(ranks /, ""); sub(/\).*/, ""); print c, w, $0 }' "$tmp/rz.txt"
 }

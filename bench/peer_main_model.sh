@@ -28,7 +28,7 @@ auto=$("$rz" memory --params 1e6 --precision auto 2>/dev/null | head -n 1 | grep
 echo "# --precision auto resolves to ${auto:-?} on this CPU"
 for round in $(seq 1 "$rounds"); do
   "$rz" bench-step "${shape[@]}" --max-seq 128 --batch 8 --seq 128 --threads 1 --precision fp32,bf16 \
-    --steps "$steps" --warmup 2 | grep -E '^\| [a-z0-9]+ \| (fp32|bf16) \|' |
+    --steps "$steps" --untimed-steps 2 | grep -E '^\| [a-z0-9]+ \| (fp32|bf16) \|' |
     awk -F'|' '{gsub(/ /, "", $3); gsub(/ /, "", $5); print "ringzero-" $3, $5}'
   for cfg in eager-fp32 eager-bf16 compile-fp32 compile-bf16; do
     flags=()

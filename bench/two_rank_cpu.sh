@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() {  # OUT: one 1-rank bench-step; its step CPU ms into OUT
   "$rz" bench-step --layers 4 --channels 128 --heads 4 --vocab 257 --max-seq 128 --batch 16 --seq 64 --threads 1 \
-    --precision fp32 --steps "$steps" --warmup 2 2>&1 | grep '| fp32' | awk -F'|' '{gsub(/ /, "", $6); print $6}' >"$1"
+    --precision fp32 --steps "$steps" --untimed-steps 2 2>&1 | grep '| fp32' | awk -F'|' '{gsub(/ /, "", $6); print $6}' >"$1"
 }
 echo "# two_rank_cpu: $rounds rounds; $(nproc --all) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# round  alone  independent_a  independent_b  zero2_rank0  zero2_rank1   (step CPU ms)"
@@ -24,7 +24,7 @@ for i in $(seq 1 "$rounds"); do
   step "$tmp/alone"
   step "$tmp/a" & step "$tmp/b"; wait
   z=$("$rz" bench-strategies --config configs/tiny.toml --vocab 257 --nproc 2 --strategy zero2 --seq 64 --batch 16 \
-        --steps "$steps" --warmup 2 2>&1 | grep -o 'ranks [0-9. ]*' | awk '{print $2, $3}')
+        --steps "$steps" --untimed-steps 2 2>&1 | grep -o 'ranks [0-9. ]*' | awk '{print $2, $3}')
   echo "$i $(cat "$tmp/alone") $(cat "$tmp/a") $(cat "$tmp/b") $z"
 done | tee "$tmp/raw"
 python3 - "$tmp/raw" <<'PY'

@@ -56,6 +56,21 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, T& var, const st
     return app.add_option(name, var, help)->check(strict_number<T>());
 }
 
+// A step benchmark's untimed steps are --untimed-steps: train's --warmup is LR warm-up steps,
+// and a bench that runs train's optimizer step must not take the same name for another thing.
+// The old spelling is refused with one line naming the new one (not kept as an alias: a reader
+// of `bench-step --warmup 2` would take it for LR warm-up). Hidden from --help.
+inline void refuse_renamed_warmup(CLI::App& app, const char* command) {
+  app.add_option_function<std::string>(
+         "--warmup",
+         [command](const std::string&) {
+           fail(strfmt("--warmup: %s's untimed steps are --untimed-steps (train's --warmup is LR warm-up steps)",
+                       command));
+         },
+         "")
+      ->group("");
+}
+
 // A byte size: a number (8, 1.5e9) and an optional unit, in any case, spaces allowed: B;
 // K, M, G, T and KiB, MiB, GiB, TiB binary (2^10, 2^20, ...); KB, MB, GB, TB decimal (1e3,
 // 1e6, ...). So 64M == 64MiB == 67108864 bytes and 80GB == 80e9 in every command. Returns the

@@ -1,6 +1,8 @@
 // cli/cmd_bench_step.cpp: `ringzero bench-step`, the model's training-step benchmark.
 //
-// Times forward + backward + AdamW on one rank (no communication), on the CPU or a GPU
+// Times forward + backward + the trainer's optimizer step (train/step.h: a ddp strategy's
+// step, clip and AdamW, with the settings table's weight_decay, grad_clip and a constant
+// --lr) on one rank (no communication), on the CPU or a GPU
 // (--device), and sets the step's achieved GFLOP/s next to what the backend's GEMM
 // reaches alone on the same work (the CPU matmul kernels, cuBLASLt on a GPU: on a GPU that
 // ratio is the MFU against the GEMM rate measured in the same run). FLOPs are
@@ -36,8 +38,10 @@
 #include "model/gpt2.h"
 #include "cli/cli_number.h"
 #include "cli/command.h"
+#include "comm/factory.h"
 #include "train/config.h"
 #include "train/rank_setup.h"
+#include "train/step.h"
 #include "zero/memory/plan.h"
 #include "cli/step_profile.h"
 
@@ -50,58 +54,30 @@ struct StepTimes {
   double total() const { return fwd + bwd + opt; }
 };
 
-// Median of each phase over `steps` timed steps after `warmup` untimed ones.
-StepTimes time_steps(GPT2& model, int B, int T, int warmup, int steps) {
-  const GPT2Config& cfg = model.config();
-  const ParamLayout& lay = model.layout();
-  const Precision prec = model.precision();
-  Backend& be = model.backend();
-  const Device dev = model.device();
-  FullGradSink sink(lay.total, prec, be);
-  Buffer<float> m(MemTag::adam_m, lay.total, dev), v(MemTag::adam_v, lay.total, dev), master;
-  if (prec == Precision::bf16) {
-    master.allocate(MemTag::master, lay.total, dev);
-    std::vector<float> host(lay.total);
-    model.get_params_f32(host.data());
-    be.copy_from_host(master.data(), host.data(), lay.total * sizeof(float));
-  }
-  std::vector<int> x(size_t(B) * T), y(size_t(B) * T);
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = int((i * 7919) % size_t(cfg.vocab_size));
-    y[i] = int((i * 104729 + 1) % size_t(cfg.vocab_size));
-  }
-  std::vector<double> f, b, o, c;
-  for (int s = 0; s < warmup + steps; ++s) {
-    const std::clock_t c0 = std::clock();
-    auto t0 = Clock::now();
-    model.forward(x.data(), y.data(), B, T);
-    const double tf = seconds_since(t0);
-    t0 = Clock::now();
-    sink.zero();
-    model.backward(sink);
-    be.synchronize();
-    const double tb = seconds_since(t0);
-    t0 = Clock::now();
-    for (const ParamTensor& t : lay.tensors) {
-      AdamWStep st;
-      st.t = uint64_t(s + 1);
-      st.weight_decay = t.weight_decay ? 0.1f : 0.0f;
-      if (prec == Precision::fp32)
-        be.adamw_update(static_cast<float*>(model.params()) + t.offset, nullptr, m.data() + t.offset,
-                        v.data() + t.offset, static_cast<const float*>(sink.data()) + t.offset, t.numel, st);
-      else
-        be.adamw_update(static_cast<bf16*>(model.params()) + t.offset, master.data() + t.offset,
-                        m.data() + t.offset, v.data() + t.offset,
-                        static_cast<const bf16*>(sink.data()) + t.offset, t.numel, st);
+// Median of each phase over `steps` timed steps after `untimed` untimed ones, each the
+// trainer's own step (train/step.h): backward into a ddp strategy on one rank, then its
+// strategy.step (clip, AdamW) with the settings table's weight_decay and grad_clip at a
+// constant --lr. One rank: the ring's collectives return at once, nothing is communicated.
+StepTimes time_steps(GPT2& model, const TrainConfig& settings, int B, int T, int untimed, int steps) {
+  const int V = model.config().vocab_size;
+  auto comms = make_thread_communicators(1, CommOptions{});
+  TrainConfig one_rank = settings;
+  one_rank.strategy = StrategyKind::ddp;
+  auto strategy = make_strategy(model, *comms[0], strategy_options(one_rank, model.precision()));
+  const MicroBatchFn fill = [&](int, int* x, int* y) {
+    for (size_t i = 0; i < size_t(B) * T; ++i) {
+      x[i] = int((i * 7919) % size_t(V));
+      y[i] = int((i * 104729 + 1) % size_t(V));
     }
-    be.synchronize();
-    const double to = seconds_since(t0);
-    const double tc = double(std::clock() - c0) / CLOCKS_PER_SEC;
-    if (s >= warmup) {
-      c.push_back(tc);
-      f.push_back(tf);
-      b.push_back(tb);
-      o.push_back(to);
+  };
+  std::vector<double> f, b, o, c;
+  for (int s = 0; s < untimed + steps; ++s) {
+    const StepTimings t = timed_step(model, *strategy, B, T, 1, static_cast<float>(settings.lr), fill);
+    if (s >= untimed) {
+      c.push_back(t.cpu_s);
+      f.push_back(t.fwd_s);
+      b.push_back(t.bwd_s);
+      o.push_back(t.opt_s);
     }
   }
   auto median = [](std::vector<double> a) {
@@ -182,38 +158,60 @@ std::vector<int> parse_ints(const std::string& s, const char* flag) {
   return out;
 }
 
-int run_bench_step(int argc, char** argv) {
+struct StepBenchArgs {
   std::string preset = "d12", config_path, threads_s = "1,2", precisions_s = "fp32,bf16";
-  TrainConfig settings;  // --device and --attention: rows of train's settings table
-  int B = 4, T = 64, warmup = 1, steps = 3, layers = 0, channels = 0, heads = 0, vocab = 0, max_seq = 0;
+  // The shape keys, --batch, --seq, --device, --attention, --lr, --weight-decay and
+  // --grad-clip: rows of train's settings table (lr: the constant rate of every step).
+  TrainConfig settings = [] {
+    TrainConfig c;
+    c.lr = 3e-4;
+    return c;
+  }();
+  int untimed = 1, steps = 3;
   bool ops = false;
+};
+
+// bench-step's flags into a.
+void add_bench_step_flags(CLI::App& app, StepBenchArgs& a) {
+  TrainConfig& settings = a.settings;
+  app.add_option("--model", a.preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
+  app.add_option("--config", a.config_path, "training config (TOML) whose model shape, batch and seq to bench");
+  // The shape keys override the preset / config.
+  add_setting_flag(app, settings, "layers", {})->check(CLI::Range(0, 1000));
+  add_setting_flag(app, settings, "channels", {})->check(CLI::Range(0, 1 << 16));
+  add_setting_flag(app, settings, "heads", {})->check(CLI::Range(0, 1024));
+  add_setting_flag(app, settings, "vocab", {})->check(CLI::Range(0, 1 << 24));
+  add_setting_flag(app, settings, "max_seq", {})->check(CLI::Range(0, 1 << 20));
+  add_setting_flag(app, settings, "batch", {})->check(CLI::Range(1, 4096));
+  add_setting_flag(app, settings, "seq", {})->check(CLI::Range(1, 1 << 20));
+  app.add_option("--threads", a.threads_s, "comma-separated thread counts")->capture_default_str();
+  app.add_option("--precision", a.precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
+  add_setting_flags(app, settings, {"device"});
+  add_number(app, "--untimed-steps", a.untimed, "steps run before the timed ones (not timed)")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
+  refuse_renamed_warmup(app, "bench-step");
+  add_number(app, "--steps", a.steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  add_setting_flags(app, settings, {"attention", "lr", "weight_decay", "grad_clip"});
+  app.add_flag("--ops", a.ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
+}
+
+int run_bench_step(int argc, char** argv) {
+  StepBenchArgs a;
+  auto& [preset, config_path, threads_s, precisions_s, settings, untimed, steps, ops] = a;
   CLI::App app{
-      "Benchmark one training step on the CPU or a GPU: forward + backward + AdamW of a model shape\n"
-      "at (--batch, --seq), for each thread count and precision. Prints a markdown table: median step\n"
+      "Benchmark one training step on the CPU or a GPU: forward + backward + train's optimizer step\n"
+      "(opt: the strategy's step on one rank: gradient clipping (--grad-clip) and AdamW (--weight-decay)\n"
+      "at the constant rate --lr) of a model shape at (--batch, --seq), for each thread count and precision. Prints a markdown table: median step\n"
       "time (wall, and the process's CPU time: on a busy shared machine the 1-thread CPU time is the\n"
       "robust figure) and its phases, tokens/s, the step's GFLOP/s (6 x params + 12 x L x C x T per\n"
       "token, as llm.c counts), and the GFLOP/s of the step's matmuls run alone through the same backend\n"
       "(the CPU matmul kernels: gemm_f32 or Eigen; cuBLASLt on a GPU) in the same precision, with their ratio (on a GPU: the MFU\n"
       "against the GEMM rate measured in the same run).\n"
-      "The shape: --model's preset, then --config's model keys, batch and seq, then the shape flags.\n"
+      "The shape: --model's preset, then --config's model keys, batch and seq (and its lr, weight_decay and\n"
+      "grad_clip), then the flags.\n"
       "--ops adds the step's CPU time split by kernel family (CPU kernels).",
       "ringzero bench-step"};
-  app.add_option("--model", preset, "model preset (tiny, d2, d4, d6, d12, d24, d36, d48)")->capture_default_str();
-  app.add_option("--config", config_path, "training config (TOML) whose model shape, batch and seq to bench");
-  add_number(app, "--layers", layers, "L (overrides the preset / config)")->check(CLI::Range(1, 1000));
-  add_number(app, "--channels", channels, "C")->check(CLI::Range(1, 1 << 16));
-  add_number(app, "--heads", heads, "NH")->check(CLI::Range(1, 1024));
-  add_number(app, "--vocab", vocab, "V")->check(CLI::Range(1, 1 << 24));
-  add_number(app, "--max-seq", max_seq, "maxT")->check(CLI::Range(1, 1 << 20));
-  auto* batch_opt = add_number(app, "--batch", B, "batch size B")->capture_default_str()->check(CLI::Range(1, 4096));
-  auto* seq_opt = add_number(app, "--seq", T, "sequence length T (at most maxT)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--threads", threads_s, "comma-separated thread counts")->capture_default_str();
-  app.add_option("--precision", precisions_s, "comma-separated precisions: fp32, bf16")->capture_default_str();
-  add_setting_flags(app, settings, {"device"});
-  add_number(app, "--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
-  add_number(app, "--steps", steps, "timed steps (the median is reported)")->capture_default_str()->check(CLI::Range(1, 1000));
-  add_setting_flags(app, settings, {"attention"});
-  app.add_flag("--ops", ops, "also print the step's time split by kernel family (a replay of its kernel calls)");
+  add_bench_step_flags(app, a);
   if (!parse_command_line(app, argc, argv)) return 0;
   const Device device = settings.device.device();
   RZ_CHECK(!ops || settings.attention == Attention::materialized,
@@ -225,10 +223,13 @@ int run_bench_step(int argc, char** argv) {
     load_config_toml(tc, config_path);
     cfg = config_model_shape(tc);
     preset = std::filesystem::path(config_path).stem().string();
-    if (batch_opt->count() == 0) B = tc.batch;
-    if (seq_opt->count() == 0) T = tc.seq;
+    // The config's values where no flag was given.
+    for (const char* key : {"batch", "seq", "lr", "weight_decay", "grad_clip"})
+      if (settings.origins.count(key) == 0) set_config_value(settings, key, get_config_value(tc, key));
   }
-  cfg = override_shape(cfg, {.layers = layers, .channels = channels, .heads = heads, .vocab = vocab, .max_seq = max_seq});
+  const int B = settings.batch, T = settings.seq;
+  cfg = override_shape(cfg, {.layers = settings.layers, .channels = settings.channels, .heads = settings.heads,
+                             .vocab = settings.vocab, .max_seq = settings.max_seq});
   finalize_config(cfg);
   RZ_CHECK(!ops || cfg.family == ModelFamily::gpt2,
            "--ops: the kernel split replays GPT-2's step (cli/step_profile.h); the %s family's is not written (drop --ops)",
@@ -271,11 +272,11 @@ int run_bench_step(int argc, char** argv) {
   const double gemm_flops = 6.0 * tokens *
                             (C * (cfg.qkv_width() + C + cfg.fc_width() + cfg.intermediate) * cfg.num_layers +
                              C * cfg.padded_vocab_size);
-  std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params%s), B=%d T=%d, %d warmup + %d timed steps (median)\n",
+  std::printf("bench-step on %s: %s (L=%d C=%d NH=%d V=%d, %.1fM params%s), B=%d T=%d, %d untimed + %d timed steps (median)\n",
               device_name(device).c_str(), preset.c_str(), cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size,
-              P / 1e6, cfg.family == ModelFamily::gpt2 ? "" : (", " + describe_shape(cfg)).c_str(), B, T, warmup, steps);
+              P / 1e6, cfg.family == ModelFamily::gpt2 ? "" : (", " + describe_shape(cfg)).c_str(), B, T, untimed, steps);
   std::printf("step FLOPs %.3g (6 x params x tokens + attention), of which matmuls %.3g\n\n", step_flops, gemm_flops);
-  std::printf("| model | precision | threads | step ms | step CPU ms | fwd ms | bwd ms | adamw ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
+  std::printf("| model | precision | threads | step ms | step CPU ms | fwd ms | bwd ms | opt ms | tok/s | step GFLOP/s | GEMM alone GFLOP/s | step / GEMM |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const RankPlacement at = place_rank(settings.device, RankEnv{}, CommBackend::ring);  // one process, every model
   for (int nt : threads) {
@@ -290,7 +291,7 @@ int run_bench_step(int argc, char** argv) {
       const double gemm_s = prec == Precision::fp32 ? time_gemms<float>(model.backend(), cfg, B * T, 3)
                                                     : time_gemms<bf16>(model.backend(), cfg, B * T, 3);
       const double gemm_rate = gemm_flops / gemm_s / 1e9;
-      const StepTimes st = time_steps(model, B, T, warmup, steps);
+      const StepTimes st = time_steps(model, settings, B, T, untimed, steps);
       const double rate = step_flops / st.total() / 1e9;
       std::printf("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.2f | %.2f | %.0f%% |\n", preset.c_str(),
                   precision_name(prec), nt, st.total() * 1e3, st.cpu * 1e3, st.fwd * 1e3, st.bwd * 1e3, st.opt * 1e3,
@@ -303,7 +304,7 @@ int run_bench_step(int argc, char** argv) {
       omp_set_num_threads(nt);
       Eigen::setNbThreads(nt);
       for (Precision prec : precisions) {
-        const std::vector<OpTime> split = profile_step_ops(cpu_backend(), cfg, prec, B, T, warmup, steps);
+        const std::vector<OpTime> split = profile_step_ops(cpu_backend(), cfg, prec, B, T, untimed, steps);
         double total = 0;
         for (const OpTime& o : split) total += o.fwd_ms + o.bwd_ms;
         std::printf("\nstep split by kernel (%s, %d thread%s; process CPU ms in a replay of the step's kernel calls, median of %d): %.1f ms\n\n",

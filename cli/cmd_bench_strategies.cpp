@@ -2,10 +2,13 @@
 // zero1 vs zero2 vs zero3 on --nproc processes, with the share of gradient communication
 // hidden behind backward (and, for zero3, of the parameter all-gathers).
 //
-// Each strategy gets its own launch of --nproc ranks (ringzero re-executes itself; shm
-// between processes on one host). Every rank trains the same model from the same seed on
-// synthetic tokens (a hash of step, rank and position: the numbers measure the machinery,
-// not the data) for --warmup + --steps steps and rank 0 prints one line per strategy.
+// One launch of --nproc-per-node (--nproc) ranks (ringzero re-executes itself with the
+// command line as given; shm between processes on one host) runs the strategies in turn,
+// each on a fresh model from the same seed, over one communicator. Every step is the
+// trainer's own (train/step.h: forward, backward into the strategy, strategy.step with the
+// settings table's weight_decay and grad_clip at a constant --lr) on synthetic tokens (a hash
+// of step, rank and position: the numbers measure the machinery, not the data), for
+// --untimed-steps + --steps steps, and rank 0 prints one line per strategy.
 // The shape: --model's preset, or a training config's (--config: its model keys, batch,
 // seq, precision, bucket size and buckets in flight), then the flags, later ones winning.
 //   step_ms     median wall time of a whole step (forward, backward, strategy.step)
@@ -21,11 +24,8 @@
 //               that every strategy uses those buckets and the hashes can be compared)
 //   gather_hidden  zero3 only: the fraction of parameter AllGather time hidden behind compute
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <time.h>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -41,6 +41,7 @@
 #include "train/config.h"
 #include "train/rank_setup.h"
 #include "train/run_paths.h"
+#include "train/step.h"
 #include "viz/timeline.h"
 #include "zero/clip.h"
 #include "zero/memory/plan.h"
@@ -53,16 +54,19 @@ struct BenchArgs {
   std::string model = "d6";
   std::string config;              // --config FILE: a training config's shape (bench_shape)
   std::string strategy = "all";
-  int nproc = 2;
-  int vocab = 0;  // 0: the preset's
-  int batch = 4;
-  int seq = 256;
   int steps = 10;
-  int warmup = 2;
+  int untimed = 2;
   int accum = 1;
-  // --precision, --transport, --bucket-mb and --buckets-in-flight: rows of train's settings
-  // table, with train's defaults.
-  TrainConfig settings;
+  // --nproc-per-node (--nproc), --vocab, --batch, --seq, --precision, --transport, --lr,
+  // --weight-decay, --grad-clip, --bucket-mb and --buckets-in-flight: rows of train's
+  // settings table, with train's defaults but for the bench's 2 ranks, T 256 and lr 3e-4.
+  TrainConfig settings = [] {
+    TrainConfig c;
+    c.nproc_per_node = 2;
+    c.seq = 256;
+    c.lr = 3e-4;
+    return c;
+  }();
   bool buckets_per_unit = false;
   std::string trace;               // --trace FILE: one timeline per strategy, FILE with .STRATEGY before its extension
   std::string trace_steps;         // A:B; default: the first three timed steps
@@ -78,26 +82,18 @@ std::string trace_path_for(const std::string& path, const std::string& strategy)
   return (json ? path.substr(0, path.size() - ext.size()) : path) + "." + strategy + ext;
 }
 
-// CPU seconds this process has used, all threads (the same clock as Python's
-// time.process_time(), which bench/torch_peer_step.py reads around its step).
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 // The model shape: --config's (preset plus its model keys) or --model's preset, then --vocab.
 GPT2Config bench_shape(const BenchArgs& a) {
   GPT2Config cfg;
   if (!a.config.empty()) {
     TrainConfig tc;
-    if (a.vocab > 0) tc.vocab = a.vocab;  // no tokenizer.bin needed when the vocab is given
+    if (a.settings.vocab > 0) tc.vocab = a.settings.vocab;  // no tokenizer.bin needed when the vocab is given
     load_config_toml(tc, a.config);
     cfg = config_model_shape(tc);
   } else {
     cfg = model_preset(a.model);
   }
-  cfg = override_shape(cfg, {.vocab = a.vocab});
+  cfg = override_shape(cfg, {.vocab = a.settings.vocab});
   finalize_config(cfg);
   return cfg;
 }
@@ -115,27 +111,26 @@ uint64_t fnv1a(const void* data, size_t bytes) {
   return h;
 }
 
-// Samples of the timed steps (after --warmup), one per step.
+// --strategy's kinds: one, or every row of the traits table for "all".
+std::vector<StrategyKind> bench_kinds(const BenchArgs& a) {
+  if (a.strategy != "all") return {parse_strategy(a.strategy)};
+  return {std::begin(kStrategyKinds), std::end(kStrategyKinds)};
+}
+
+// Samples of the timed steps (after --untimed-steps), one per step.
 struct StepSamples {
   std::vector<double> step_ms, step_cpu_ms, fb_ms, opt_ms, overlap, mb_sent, comm_ms, gather_hidden;
 };
 
-// --warmup + --steps training steps on this rank's synthetic batches (a hash of step, rank
-// and micro-step: every rank's differ, every run's are the same).
+// --untimed-steps + --steps training steps (train/step.h) on this rank's synthetic batches
+// (a hash of step, rank and micro-step: every rank's differ, every run's are the same).
 StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, Communicator& comm,
                       TraceWindow& timeline) {
-  const int B = a.batch, T = a.seq, V = model.config().vocab_size;
-  std::vector<int> in(B * T), tg(B * T);
+  const int B = a.settings.batch, T = a.settings.seq, V = model.config().vocab_size;
   StepSamples t;
-  using Clock = std::chrono::steady_clock;
-  auto ms = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
-  for (int step = 0; step < a.warmup + a.steps; ++step) {
+  for (int step = 0; step < a.untimed + a.steps; ++step) {
     timeline.begin_step(comm, step + 1);
-    const double c0 = process_cpu_seconds();
-    auto t0 = Clock::now();
-    for (int m = 0; m < a.accum; ++m) {
+    const MicroBatchFn fill = [&](int m, int* in, int* tg) {
       for (int i = 0; i < B * T + 1; ++i) {
         uint32_t x = static_cast<uint32_t>(step * 1000003 + (rank * a.accum + m) * 7919 + i);
         x ^= x >> 13;
@@ -145,67 +140,53 @@ StepSamples run_steps(const BenchArgs& a, int rank, GPT2& model, Strategy& st, C
         if (i < B * T) in[i] = tok;
         if (i > 0) tg[i - 1] = tok;
       }
-      { RZ_TRACE_SCOPE("forward"); model.forward(in.data(), tg.data(), B, T); }
-      RZ_TRACE_SCOPE("backward");
-      model.backward(st.begin_micro_step(m, a.accum), 1.0f / a.accum);
-      st.end_micro_step();
-    }
-    double fb = ms(t0);
-    auto t1 = Clock::now();
-    StepStats s;
-    {
-      RZ_TRACE_SCOPE("optimizer (strategy.step: grad sync wait, clip, AdamW, param AllGather)");
-      s = st.step(3e-4f);
-    }
-    double opt = ms(t1), total = ms(t0);
-    const double cpu = (process_cpu_seconds() - c0) * 1e3;
-    timeline.end_step(comm, step + 1, s.comm_overlapped);
-    if (step >= a.warmup) {
-      t.step_ms.push_back(total);
-      t.step_cpu_ms.push_back(cpu);
-      t.fb_ms.push_back(fb);
-      t.opt_ms.push_back(opt);
-      t.overlap.push_back(s.comm_overlapped);
-      t.mb_sent.push_back(s.comm_bytes_sent / 1e6);
-      t.comm_ms.push_back(s.comm_seconds * 1e3);
-      t.gather_hidden.push_back(s.gather_hidden);
+    };
+    const StepTimings s = timed_step(model, st, B, T, a.accum, static_cast<float>(a.settings.lr), fill);
+    timeline.end_step(comm, step + 1, s.stats.comm_overlapped);
+    if (step >= a.untimed) {
+      t.step_ms.push_back(s.total_s() * 1e3);
+      t.step_cpu_ms.push_back(s.cpu_s * 1e3);
+      t.fb_ms.push_back((s.fwd_s + s.bwd_s) * 1e3);
+      t.opt_ms.push_back(s.opt_s * 1e3);
+      t.overlap.push_back(s.stats.comm_overlapped);
+      t.mb_sent.push_back(s.stats.comm_bytes_sent / 1e6);
+      t.comm_ms.push_back(s.stats.comm_seconds * 1e3);
+      t.gather_hidden.push_back(s.stats.gather_hidden);
     }
   }
   return t;
 }
 
-int bench_rank(const BenchArgs& a) {
-  RankEnv env = rank_env_from_environment();
-  const RankPlacement at = place_rank(DeviceSpec{}, env, CommBackend::ring);  // CPU ranks
-  CommOptions copts;
-  copts.transport = a.settings.transport;
-  auto comm = connect_rank(env, at, copts);
+// One strategy on this rank's communicator: a fresh model from seed 42 on the rank's
+// placement, its steps, and rank 0's line.
+void bench_strategy(const BenchArgs& a, StrategyKind kind, const RankEnv& env, const RankPlacement& at,
+                    Communicator& comm) {
   const GPT2Config cfg = bench_shape(a);
-  RZ_CHECK(a.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
-           cfg.max_seq_len, a.seq);
+  RZ_CHECK(a.settings.seq <= cfg.max_seq_len, "--seq: expected at most the model's maxT %d, got %d",
+           cfg.max_seq_len, a.settings.seq);
+  const std::string name = strategy_name(kind);
   ModelOptions mo;
   mo.precision = a.settings.precision();
   mo.backend = at.backend;
   // As train does (train/loop.cpp): zero1/zero2 gather into parameters the peers read in place.
-  mo.shared_params = comm->reads_shared_memory() && strategy_traits(parse_strategy(a.strategy)).gathers_params_after_step();
+  mo.shared_params = comm.reads_shared_memory() && strategy_traits(kind).gathers_params_after_step();
   GPT2 model(cfg, mo);
   model.init_random(42);
-  StrategyOptions so;
-  so.kind = parse_strategy(a.strategy);
-  so.bucket_mb = a.settings.bucket_mb;
-  so.buckets_in_flight = a.settings.buckets_in_flight;
+  TrainConfig tc = a.settings;
+  tc.strategy = kind;
+  StrategyOptions so = strategy_options(tc, mo.precision);
   so.buckets_per_unit = a.buckets_per_unit;
-  auto st = make_strategy(model, *comm, so);
+  auto st = make_strategy(model, comm, so);
 
-  TraceSteps window{a.warmup + 1, a.warmup + std::min(a.steps, 3)};
+  TraceSteps window{a.untimed + 1, a.untimed + std::min(a.steps, 3)};
   if (!a.trace_steps.empty()) window = parse_trace_steps(a.trace_steps, "--trace-steps");
-  TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, a.strategy), window, a.warmup + a.steps,
-                       a.strategy + " " + precision_name(a.settings.precision()), model.backend().trace_clock());
-  const StepSamples t = run_steps(a, env.rank, model, *st, *comm, timeline);
-  timeline.finish(*comm);
+  TraceWindow timeline(a.trace.empty() ? "" : trace_path_for(a.trace, name), window, a.untimed + a.steps,
+                       name + " " + precision_name(a.settings.precision()), model.backend().trace_clock());
+  const StepSamples t = run_steps(a, env.rank, model, *st, comm, timeline);
+  timeline.finish(comm);
   std::vector<float> params(model.layout().total);
   st->checkpoint_state().params_f32(params.data());  // collective: zero3 gathers them
-  HostCollectives host_comm(*comm, model.backend());
+  HostCollectives host_comm(comm, model.backend());
   const std::vector<double> rank_cpu_ms = all_gather_partials(host_comm, median(t.step_cpu_ms));
   if (env.rank == 0) {
     std::string per_rank;
@@ -216,16 +197,26 @@ int bench_rank(const BenchArgs& a) {
     }
     std::printf("%-6s %-5s N=%d  step_ms %8.1f  step_cpu_ms %8.1f (ranks %s)  fwdbwd_ms %8.1f  opt_ms %7.1f  comm_MB %7.2f  comm_ms %7.1f"
                 "  grad_comm_overlapped %5.1f%%  hash %016llx%s\n",
-                a.strategy.c_str(), precision_name(a.settings.precision()), comm->size(), median(t.step_ms), median(t.step_cpu_ms),
+                name.c_str(), precision_name(a.settings.precision()), comm.size(), median(t.step_ms), median(t.step_cpu_ms),
                 per_rank.c_str(), median(t.fb_ms),
                 median(t.opt_ms), median(t.mb_sent), median(t.comm_ms), 100.0 * median(t.overlap),
                 static_cast<unsigned long long>(fnv1a(params.data(), params.size() * sizeof(float))),
-                strategy_traits(so.kind).shards_params
+                strategy_traits(kind).shards_params
                     ? (std::string("  gather_hidden ") + std::to_string(int(100.0 * median(t.gather_hidden))) + "%").c_str()
                     : "");
     std::fflush(stdout);
   }
-  comm->barrier();
+  comm.barrier();
+}
+
+// This rank's part: one communicator, then --strategy's kinds in turn (all of them for "all").
+int bench_rank(const BenchArgs& a) {
+  RankEnv env = rank_env_from_environment();
+  const RankPlacement at = place_rank(DeviceSpec{}, env, CommBackend::ring);  // CPU ranks
+  CommOptions copts;
+  copts.transport = a.settings.transport;
+  auto comm = connect_rank(env, at, copts);
+  for (StrategyKind kind : bench_kinds(a)) bench_strategy(a, kind, env, at, *comm);
   return 0;
 }
 
@@ -234,8 +225,10 @@ int run_bench_strategies(int argc, char** argv) {
   CLI::App app{
       "Step time of ddp vs zero1 vs zero2 vs zero3 on --nproc ranks (processes), and the share of the\n"
       "gradient communication hidden behind backward (zero3: also of its parameter all-gathers).\n"
-      "Synthetic tokens; rank 0 prints one line\n"
-      "per strategy with medians over --steps timed steps (after --warmup) and a hash of the\n"
+      "Each step is train's own (forward, backward into the strategy, its step: clip with --grad-clip,\n"
+      "AdamW with --weight-decay, at the constant rate --lr) on synthetic tokens; one launch of the\n"
+      "ranks runs the strategies in turn. Rank 0 prints one line\n"
+      "per strategy with medians over --steps timed steps (after --untimed-steps) and a hash of the\n"
       "final params (equal hashes: bitwise-equal models, as fp32 without --accum must give).\n"
       "The shape: --model's preset, or --config's (a training config: its model keys, batch, seq,\n"
       "precision, ranks, bucket size), then the flags. step_cpu_ms is rank 0's process CPU per step\n"
@@ -244,19 +237,21 @@ int run_bench_strategies(int argc, char** argv) {
   app.add_option("--model", a.model, "preset")->capture_default_str();
   app.add_option("--config", a.config, "training config (TOML) whose model shape, batch, seq, precision, ranks and "
                                        "bucket size to bench (flags override it)");
-  add_number(app, "--vocab", a.vocab, "override the preset's vocab (e.g. 257, byte-level: wte no longer dominates)")
-      ->check(CLI::Range(1, 1 << 24));
+  // --vocab: e.g. 257, byte-level: wte no longer dominates.
+  add_setting_flag(app, a.settings, "vocab", {})->check(CLI::Range(0, 1 << 24));
   std::vector<std::string> strategy_choices = strategy_names();
   strategy_choices.emplace_back("all");
   app.add_option("--strategy", a.strategy, "a strategy or all")->check(CLI::IsMember(strategy_choices))->capture_default_str();
   add_setting_flags(app, a.settings, {"precision", "transport"});
-  CLI::Option* nproc_opt = add_number(app, "--nproc", a.nproc, "ranks (processes)")->check(CLI::Range(1, 64))->capture_default_str();
-  CLI::Option* batch_opt = add_number(app, "--batch", a.batch, "B per rank per micro-step")->check(CLI::Range(1, 4096))->capture_default_str();
-  CLI::Option* seq_opt = add_number(app, "--seq", a.seq, "T")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  add_setting_flag(app, a.settings, "nproc_per_node", {"--nproc"})->check(CLI::Range(1, 64));
+  add_setting_flag(app, a.settings, "batch", {})->check(CLI::Range(1, 4096));
+  add_setting_flag(app, a.settings, "seq", {})->check(CLI::Range(1, 1 << 20));
   add_number(app, "--steps", a.steps, "timed steps")->check(CLI::Range(1, 100000))->capture_default_str();
-  add_number(app, "--warmup", a.warmup, "untimed steps first")->check(CLI::Range(0, 100000))->capture_default_str();
+  add_number(app, "--untimed-steps", a.untimed, "steps run before the timed ones (not timed)")
+      ->check(CLI::Range(0, 100000))->capture_default_str();
+  refuse_renamed_warmup(app, "bench-strategies");
   add_number(app, "--accum", a.accum, "micro-steps per step")->check(CLI::Range(1, 4096))->capture_default_str();
-  add_setting_flags(app, a.settings, {"bucket_mb", "buckets_in_flight"});
+  add_setting_flags(app, a.settings, {"lr", "weight_decay", "grad_clip", "bucket_mb", "buckets_in_flight"});
   app.add_flag("--buckets-per-unit", a.buckets_per_unit,
                "every strategy cuts its buckets at layer boundaries as zero3 does (same buckets: comparable hashes)");
   app.add_option("--trace", a.trace,
@@ -265,13 +260,11 @@ int run_bench_strategies(int argc, char** argv) {
                                                   "(default: the first three timed steps)");
   if (!parse_command_line(app, argc, argv)) return 0;
   RZ_CHECK(a.trace_steps.empty() || !a.trace.empty(), "--trace-steps: does nothing without --trace (the timeline's file)");
-  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
-           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
-           a.strategy.c_str());
+  check_buckets_in_flight_read(app.count("--buckets-in-flight") > 0, a.strategy);
   if (!a.trace_steps.empty())
-    RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.warmup + a.steps,
-             "--trace-steps: %s starts after the last step %d (warmup + steps)", a.trace_steps.c_str(),
-             a.warmup + a.steps);
+    RZ_CHECK(parse_trace_steps(a.trace_steps, "--trace-steps").first <= a.untimed + a.steps,
+             "--trace-steps: %s starts after the last step %d (untimed + timed steps)", a.trace_steps.c_str(),
+             a.untimed + a.steps);
   TrainConfig tc;  // --config's, else the defaults (no data)
   if (!a.config.empty()) {
     tc.config_path = a.config;
@@ -289,69 +282,42 @@ int run_bench_strategies(int argc, char** argv) {
   }
   if (!a.config.empty()) {
     // The config's values where no flag was given. Every rank re-reads the same file.
-    if (app.count("--precision") == 0) a.settings.precision_choice = tc.precision_choice;
-    if (nproc_opt->count() == 0) a.nproc = tc.nproc_per_node;
-    if (batch_opt->count() == 0) a.batch = tc.batch;
-    if (seq_opt->count() == 0) a.seq = tc.seq;
-    if (app.count("--bucket-mb") == 0) a.settings.bucket_mb = tc.bucket_mb;
-    if (app.count("--buckets-in-flight") == 0) a.settings.buckets_in_flight = tc.buckets_in_flight;
+    for (const char* key : {"precision", "nproc_per_node", "batch", "seq", "bucket_mb", "buckets_in_flight"})
+      if (a.settings.origins.count(key) == 0) set_config_value(a.settings, key, get_config_value(tc, key));
   }
   if (started_by_ringzero()) return bench_rank(a);
 
   // An unknown preset, a bad config or a missing tokenizer fails here, before any launch.
   const GPT2Config shape = bench_shape(a);
-  std::printf("bench-strategies: %s (L=%d C=%d NH=%d V=%d), B=%d T=%d, N=%d, %s, buckets %g MiB, %d warmup + %d "
+  const int nproc = a.settings.nproc_per_node;
+  std::printf("bench-strategies: %s (L=%d C=%d NH=%d V=%d), B=%d T=%d, N=%d, %s, buckets %g MiB, %d untimed + %d "
               "timed steps (median)\n",
               a.config.empty() ? a.model.c_str() : a.config.c_str(), shape.num_layers, shape.channels,
-              shape.num_heads, shape.vocab_size, a.batch, a.seq, a.nproc, precision_name(a.settings.precision()), a.settings.bucket_mb, a.warmup,
-              a.steps);
+              shape.num_heads, shape.vocab_size, a.settings.batch, a.settings.seq, nproc,
+              precision_name(a.settings.precision()), a.settings.bucket_mb, a.untimed, a.steps);
   std::fflush(stdout);
 
-  std::vector<std::string> kinds;
-  if (a.strategy == "all")
-    kinds = strategy_names();
-  else
-    kinds = {a.strategy};
   // Each strategy's --nproc ranks share this machine's memory: refuse what cannot fit
-  // before any is launched (zero/memory/plan.h).
-  for (const std::string& k : kinds) {
+  // before any is launched (zero/memory/plan.h). The strategies run one after another.
+  for (StrategyKind k : bench_kinds(a)) {
     MemoryPlanInput in;
     in.cfg = shape;
     in.precision = a.settings.precision();
-    in.kind = parse_strategy(k);
-    in.nranks = a.nproc;
-    in.batch = a.batch;
-    in.seq = a.seq;
+    in.kind = k;
+    in.nranks = nproc;
+    in.batch = a.settings.batch;
+    in.seq = a.settings.seq;
     in.bucket_mb = a.settings.bucket_mb;
     in.buckets_in_flight = a.settings.buckets_in_flight;
-    in.threads = std::max(1, online_cores() / a.nproc);
-    check_fits_host_memory(in, a.nproc, 0.0, ("bench-strategies " + k).c_str(),
+    in.threads = std::max(1, online_cores() / nproc);
+    check_fits_host_memory(in, nproc, 0.0, (std::string("bench-strategies ") + strategy_name(k)).c_str(),
                            "a smaller --batch, --seq or model, or fewer --nproc");
   }
-  for (const std::string& k : kinds) {
-    if (a.nproc == 1) {
-      BenchArgs one = a;
-      one.strategy = k;
-      bench_rank(one);
-      continue;
-    }
-    std::vector<std::string> child;
-    for (int i = 0; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) {
-        ++i;
-        continue;
-      }
-      if (std::strncmp(argv[i], "--strategy=", 11) == 0) continue;
-      child.push_back(argv[i]);
-    }
-    child.push_back("--strategy");
-    child.push_back(k);
-    RankLaunch job;
-    job.nproc_per_node = a.nproc;
-    int rc = launch_ranks(job, child);
-    if (rc != 0) return rc;
-  }
-  return 0;
+  // The ranks read the command line as it was given: each runs --strategy's kinds in turn.
+  RankLaunch job;
+  job.nproc_per_node = nproc;
+  if (!should_launch(job)) return bench_rank(a);
+  return launch_ranks(job, std::vector<std::string>(argv, argv + argc));
 }
 
 const RegisterCommand kRegister{Command{"bench-strategies",

@@ -1,8 +1,8 @@
 // cli/cmd_comm_bench.cpp: `ringzero comm-bench`, nccl-tests for ringzero's own ring.
 //
-// Spawns --nproc ranks itself (launch/launch.h) unless --transport thread, then for each
+// Spawns --nproc-per-node (--nproc) ranks itself (launch/launch.h) unless --transport thread, then for each
 // size from --min-bytes to --max-bytes (x2 each step) times --iters collectives after
-// --warmup untimed ones, and checks one more run whose answer has a closed form (rank r,
+// --warmup-iters untimed ones, and checks one more run whose answer has a closed form (rank r,
 // element i holds a small integer, so every sum is exact in fp32 and bf16). Columns and
 // bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw x 2(N-1)/N for
 // all_reduce and x (N-1)/N for reduce_scatter and all_gather. "bytes" is the full tensor
@@ -43,21 +43,24 @@ namespace {
 
 struct BenchArgs {
   std::string op = "all_reduce";
-  int nproc = 2;
   CommTransport transport = CommTransport::automatic;
-  TrainConfig settings;  // --comm, --comm-timeout and --comm-debug: rows of train's settings table
+  // --nproc-per-node (--nproc), --comm, --comm-timeout, --comm-debug, --flight-entries and
+  // --flight-dir: rows of train's settings table, with comm-bench's 2 ranks by default.
+  TrainConfig settings = [] {
+    TrainConfig c;
+    c.nproc_per_node = 2;
+    return c;
+  }();
   std::string min_bytes = "8";
   std::string max_bytes = "64M";
   std::string dtype = "fp32";
   std::string redop = "sum";
   int iters = 20;
-  int warmup = 5;
+  int warmup_iters = 5;
   bool json = false;
   std::string segment = "1M";
   std::string device = "cpu";
   std::string host_memory = "auto";
-  size_t flight_entries = kFlightEntriesDefault;
-  std::string flight_dir;
   bool check_precision = false;
   PrecisionCheckArgs precision;
 };
@@ -131,6 +134,66 @@ double measure_copy_gbps(Backend& dev, size_t bytes) {
   return best;
 }
 
+// One row per collective, the one place comm-bench names them (nccl-tests keeps one small
+// table of hooks per collective): its --op name, its bus-bandwidth factor, how to run it on
+// the full tensor and this rank's shard, and how its checked run is filled and judged.
+// A reducing collective's checked inputs are input_value(r, i) in the full tensor (the
+// answer: their sum or mean); AllGather's are (offset + i) % 241 in each shard (the
+// answer: i % 241 in the full tensor, which starts at -1).
+struct Collective {
+  const char* name;
+  double (*bus_factor)(int N);  // busbw = algbw x this (nccl-tests doc/PERFORMANCE.md)
+  void (*run)(Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp redop);
+  bool reduces;          // the answer is a reduction of input_value (else AllGather's concatenation)
+  bool answer_in_shard;  // rank r's shard holds its answer (ReduceScatter), else the full tensor
+};
+
+const Collective kCollectives[] = {
+    {"all_reduce", [](int N) { return 2.0 * (N - 1) / N; },
+     [](Communicator& c, void* full, void*, size_t count, DType dt, ReduceOp redop) { c.all_reduce(full, count, dt, redop); },
+     true, false},
+    {"reduce_scatter", [](int N) { return double(N - 1) / N; },
+     [](Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp redop) {
+       c.reduce_scatter(full, shard, count, dt, redop);
+     },
+     true, true},
+    {"all_gather", [](int N) { return double(N - 1) / N; },
+     [](Communicator& c, void* full, void* shard, size_t count, DType dt, ReduceOp) { c.all_gather(shard, full, count, dt); },
+     false, false},
+};
+
+// The rows' names, for --help and errors: "all_reduce, reduce_scatter, all_gather".
+std::string collective_names() {
+  std::string out;
+  for (const Collective& k : kCollectives) out += std::string(out.empty() ? "" : ", ") + k.name;
+  return out;
+}
+
+// --op's row (the flag's check already refused any other name).
+const Collective& collective(const std::string& op) {
+  for (const Collective& k : kCollectives)
+    if (op == k.name) return k;
+  RZ_FAIL("--op: expected %s, found '%s'", collective_names().c_str(), op.c_str());
+}
+
+// Rank 0's lines above the table (not with --json): the GPU's copy bandwidth, the run, the
+// nccl-tests column heads.
+void print_table_header(Communicator& c, const BenchArgs& a, const BenchMemory& mem, size_t seg, int ranks_on_gpu) {
+  const bool dev = mem.dev != nullptr;
+  if (dev)
+    std::printf("# %s: device-to-device copy %.1f GB/s (measured in this run); %d rank(s) on this GPU\n",
+                mem.dev->name().c_str(), mem.copy_gbps, ranks_on_gpu);
+  std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
+              a.op.c_str(), c.size(), c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters,
+              a.warmup_iters);
+  std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
+              dev ? "       bound  %bound" : "");
+  std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+              dev ? "        (us)        " : "");
+  if (mem.shared) std::printf("# host tensors in shared memory: the peers read AllGather chunks in place (memcpy)\n");
+  std::fflush(stdout);
+}
+
 // One rank's whole benchmark; rank 0 prints. Returns the total #wrong over all sizes.
 uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t max_b, size_t seg,
                     const BenchMemory& mem_in = {}) {
@@ -140,9 +203,8 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
   const DType dt = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const ReduceOp redop = a.redop == "avg" ? ReduceOp::avg : ReduceOp::sum;
   const size_t esz = dtype_size(dt);
-  const CollectiveKind kind = a.op == "all_gather" ? CollectiveKind::all_gather
-                              : a.op == "reduce_scatter" ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
-  const double bus_factor = kind == CollectiveKind::all_reduce ? 2.0 * (N - 1) / N : double(N - 1) / N;
+  const Collective& op = collective(a.op);
+  const double bus_factor = op.bus_factor(N);
   const bool print = r == 0;
   // Small host values (times, #wrong, device ids) through the communicator, on device
   // buffers when the benchmark's are.
@@ -166,20 +228,7 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     std::vector<float> devs = gather_floats(float(mem.dev->device().index));
     ranks_on_gpu = int(std::count(devs.begin(), devs.end(), float(mem.dev->device().index)));
   }
-  if (print && !a.json && mem.dev != nullptr)
-    std::printf("# %s: device-to-device copy %.1f GB/s (measured in this run); %d rank(s) on this GPU\n",
-                mem.dev->name().c_str(), mem.copy_gbps, ranks_on_gpu);
-  if (print && !a.json) {
-    std::printf("# ringzero comm-bench: %s, %d ranks, transport %s, %s %s, segment %zu B, %d iters after %d warmup\n",
-                a.op.c_str(), N, c.transport_name().c_str(), a.dtype.c_str(), a.redop.c_str(), seg, a.iters, a.warmup);
-    const bool dev = mem.dev != nullptr;
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong",
-                dev ? "       bound  %bound" : "");
-    std::printf("#%12s %12s %6s %6s %11s %9s %9s %7s%s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
-                dev ? "        (us)        " : "");
-    if (mem.shared) std::printf("# host tensors in shared memory: the peers read AllGather chunks in place (memcpy)\n");
-    std::fflush(stdout);
-  }
+  if (print && !a.json) print_table_header(c, a, mem, seg, ranks_on_gpu);
   uint64_t wrong_total = 0;
   for (size_t bytes = std::max<size_t>(min_b, esz); bytes <= max_b; bytes *= 2) {
     const size_t count = bytes / esz;
@@ -189,23 +238,19 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     Buffer<unsigned char> full_dev, shard_dev;
     void* full_p = mem.place(full, count, full_dev);
     void* shard_p = mem.place(shard, mine.count, shard_dev);
-    auto run_once = [&] {
-      if (kind == CollectiveKind::all_reduce) c.all_reduce(full_p, count, dt, redop);
-      else if (kind == CollectiveKind::reduce_scatter) c.reduce_scatter(full_p, shard_p, count, dt, redop);
-      else c.all_gather(shard_p, full_p, count, dt);
-    };
+    auto run_once = [&] { op.run(c, full_p, shard_p, count, dt, redop); };
     for (size_t i = 0; i < count; ++i) full.set(i, input_value(r, i));
     mem.upload(full_p, full, count);
     mem.upload(shard_p, shard, mine.count);
     mem.ready();
-    for (int k = 0; k < a.warmup; ++k) run_once();
+    for (int k = 0; k < a.warmup_iters; ++k) run_once();
     c.barrier();
     auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < a.iters; ++k) run_once();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                 std::max(1, a.iters);
     // The checked run, on fresh inputs.
-    for (size_t i = 0; i < count; ++i) full.set(i, kind == CollectiveKind::all_gather ? -1.0f : input_value(r, i));
+    for (size_t i = 0; i < count; ++i) full.set(i, op.reduces ? input_value(r, i) : -1.0f);
     for (size_t i = 0; i < mine.count; ++i) shard.set(i, float(int((mine.offset + i) % 241)));
     mem.upload(full_p, full, count);
     mem.upload(shard_p, shard, mine.count);
@@ -217,13 +262,13 @@ uint64_t bench_rank(Communicator& c, const BenchArgs& a, size_t min_b, size_t ma
     mem.download(shard, shard_p, mine.count);
     uint64_t wrong = 0;
     auto expect = [&](size_t i) {
-      if (kind == CollectiveKind::all_gather) return float(int(i % 241));
+      if (!op.reduces) return float(int(i % 241));
       float s = 0;
       for (int q = 0; q < N; ++q) s += input_value(q, i);
       float v = redop == ReduceOp::avg ? s / float(N) : s;
       return dt == DType::bf16 ? bf16_to_float(float_to_bf16(v)) : v;
     };
-    if (kind == CollectiveKind::reduce_scatter) {
+    if (op.answer_in_shard) {
       for (size_t i = 0; i < mine.count; ++i) wrong += shard.get(i) != expect(mine.offset + i);
     } else {
       for (size_t i = 0; i < count; ++i) wrong += full.get(i) != expect(i);
@@ -285,9 +330,10 @@ void add_transport_flag(CLI::App& app, CommTransport& transport) {
 
 // comm-bench's flags into a.
 void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
-  app.add_option("--op", a.op, "collective: all_reduce, reduce_scatter or all_gather")
-      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}))->capture_default_str();
-  add_number(app, "--nproc", a.nproc, "number of ranks")->check(CLI::Range(1, 64))->capture_default_str();
+  std::vector<std::string> ops;
+  for (const Collective& k : kCollectives) ops.emplace_back(k.name);
+  app.add_option("--op", a.op, "collective: " + collective_names())->check(CLI::IsMember(ops))->capture_default_str();
+  add_setting_flag(app, a.settings, "nproc_per_node", {"--nproc"})->check(CLI::Range(1, 64));
   add_transport_flag(app, a.transport);
   add_setting_flags(app, a.settings, {"comm"});
   app.add_option("--device", a.device,
@@ -301,7 +347,10 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
   app.add_option("--dtype", a.dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   app.add_option("--redop", a.redop, "reduction: sum or avg")->check(CLI::IsMember({"sum", "avg"}))->capture_default_str();
   add_number(app, "--iters", a.iters, "timed iterations per size")->check(CLI::Range(1, 1000000))->capture_default_str();
-  add_number(app, "--warmup", a.warmup, "untimed iterations per size")->check(CLI::Range(0, 1000000))->capture_default_str();
+  // Not train's --warmup (LR warm-up steps): untimed collectives, nccl-tests' warmup_iters.
+  // The old spelling stays: comm-bench has no learning rate to confuse it with.
+  add_number(app, "--warmup-iters,--warmup", a.warmup_iters, "untimed iterations per size")
+      ->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--segment-bytes", a.segment, "ring pipeline segment (K, M or KiB, MiB: binary; KB, MB: decimal)")->capture_default_str();
   add_setting_flags(app, a.settings, {"comm_timeout"});
   app.add_option("--host-memory", a.host_memory,
@@ -309,11 +358,8 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
                  "zero1/zero2's parameters are; shm with direct reads) or private (ordinary memory)")
       ->check(CLI::IsMember({"auto", "private"}))->capture_default_str();
   app.add_flag("--json", a.json, "one JSON object per size instead of the table");
-  app.add_option("--flight-entries", a.flight_entries,
-                 "collectives each rank's flight recorder keeps (0: none; comm/debug/flight_recorder.h)")
-      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
-  app.add_option("--flight-dir", a.flight_dir, "where a rank writes its flight record on a comm error or SIGUSR1");
-  add_setting_flags(app, a.settings, {"comm_debug"});
+  add_setting_flag(app, a.settings, "flight_entries", {})->check(CLI::Range(0, 1 << 24));
+  add_setting_flags(app, a.settings, {"flight_dir", "comm_debug"});
   app.add_flag("--check-precision", a.check_precision,
                "instead of timing: the relative error of ring ReduceScatter and AllReduce in bf16 and fp32 against "
                "fp64, on real gradients of --config's model, for every --ranks N (thread ranks); --json for `ringzero "
@@ -329,11 +375,11 @@ void add_comm_bench_flags(CLI::App& app, BenchArgs& a) {
 // --transport thread: every rank a thread of this process, each benchmarking its own
 // communicator; 0 when rank 0 found every result right.
 int run_thread_ranks(const BenchArgs& a, const CommOptions& opts, size_t min_b, size_t max_b, size_t seg) {
-  auto comms = make_thread_communicators(a.nproc, opts);
-  std::vector<uint64_t> wrong(a.nproc);
-  std::vector<std::string> errors(a.nproc);
+  auto comms = make_thread_communicators(a.settings.nproc_per_node, opts);
+  std::vector<uint64_t> wrong(a.settings.nproc_per_node);
+  std::vector<std::string> errors(a.settings.nproc_per_node);
   std::vector<std::thread> ts;
-  for (int r = 0; r < a.nproc; ++r)
+  for (int r = 0; r < a.settings.nproc_per_node; ++r)
     ts.emplace_back([&, r] {
       try {
         wrong[r] = bench_rank(*comms[r], a, min_b, max_b, seg);
@@ -359,7 +405,7 @@ int run_comm_bench(int argc, char** argv) {
   add_comm_bench_flags(app, a);
   if (!parse_command_line(app, argc, argv)) return 0;
   CommandPaths paths;  // train's rules for its one output (data/output_paths.h)
-  paths.record_dirs = {{"--flight-dir", a.flight_dir}};
+  paths.record_dirs = {{"--flight-dir", a.settings.flight_dir}};
   check_outputs(paths);
   if (a.check_precision) {
     a.precision.json = a.json;
@@ -379,8 +425,8 @@ int run_comm_bench(int argc, char** argv) {
   opts.transport = a.transport;
   opts.timeout_s = a.settings.comm_timeout;
   opts.segment_bytes = seg;
-  opts.flight_entries = a.flight_entries;
-  opts.flight_dir = a.flight_dir;
+  opts.flight_entries = static_cast<size_t>(a.settings.flight_entries);
+  opts.flight_dir = a.settings.flight_dir;
   opts.debug = a.settings.comm_debug;
 
   RZ_CHECK(comm_backend != CommBackend::mpi || a.transport != CommTransport::thread, "comm-bench: --comm mpi runs ranks as processes under mpirun, "
@@ -388,7 +434,7 @@ int run_comm_bench(int argc, char** argv) {
   RZ_CHECK(comm_backend != CommBackend::nccl || a.transport != CommTransport::thread, "comm-bench: --comm nccl runs ranks as processes, one per "
            "GPU, not as threads (drop --transport thread)");
   // Flags the chosen backend never reads.
-  RZ_CHECK(comm_backend != CommBackend::mpi || app.count("--nproc") == 0,
+  RZ_CHECK(comm_backend != CommBackend::mpi || app.count("--nproc-per-node") == 0,
            "--nproc: does nothing with --comm mpi (mpirun -np N starts the ranks)");
   RZ_CHECK(comm_backend == CommBackend::ring || app.count("--segment-bytes") == 0,
            "--segment-bytes: does nothing with --comm %s (it cuts the ring's pipeline)", comm_backend_name(comm_backend));
@@ -402,10 +448,10 @@ int run_comm_bench(int argc, char** argv) {
     // Each rank holds the full tensor and its shard twice (a host copy and the buffer the
     // collective runs on) at --max-bytes: refuse what this machine cannot hold before any
     // rank is started (base/host_memory.h). The transports' slots come on top.
-    const double N = a.nproc, per_rank = 2.0 * (double(max_b) + std::ceil(double(max_b) / N));
+    const double N = a.settings.nproc_per_node, per_rank = 2.0 * (double(max_b) + std::ceil(double(max_b) / N));
     check_host_memory(per_rank * N,
                       strfmt("%s per rank (the tensor and its shard at --max-bytes, twice) x %d ranks = %s",
-                             format_bytes(per_rank).c_str(), a.nproc, format_bytes(per_rank * N).c_str()),
+                             format_bytes(per_rank).c_str(), a.settings.nproc_per_node, format_bytes(per_rank * N).c_str()),
                       "comm-bench", "a smaller --max-bytes or --nproc");
   }
   RZ_CHECK(!device.is_cpu() || comm_backend != CommBackend::nccl, "comm-bench: --comm nccl works on GPU buffers: add --device cuda");
@@ -435,11 +481,11 @@ int run_comm_bench(int argc, char** argv) {
   }
   if (a.transport == CommTransport::thread) return run_thread_ranks(a, opts, min_b, max_b, seg);
   RankLaunch job;
-  job.nproc_per_node = a.nproc;
+  job.nproc_per_node = a.settings.nproc_per_node;
   if (should_launch(job)) return launch_ranks(job, std::vector<std::string>(argv, argv + argc));
   RankEnv env = rank_env_from_environment();
-  RZ_CHECK(env.world_size == a.nproc || !started_by_ringzero(),
-           "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.nproc);
+  RZ_CHECK(env.world_size == a.settings.nproc_per_node || !started_by_ringzero(),
+           "comm-bench: WORLD_SIZE %d differs from --nproc %d", env.world_size, a.settings.nproc_per_node);
   BenchMemory mem;
   const RankPlacement at = place_rank(spec, env, comm_backend);
   if (!at.device.is_cpu()) {

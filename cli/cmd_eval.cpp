@@ -74,7 +74,7 @@ int run_eval(int argc, char** argv) {
                  "llm.c's eval file (hellaswag_val.bin; token ids of the model's tokenizer): each row (context + "
                  "ending) must fit in the model's maxT");
   add_number(app, "--limit", a.limit, "score only the first N examples of --hellaswag (0: all)")->capture_default_str();
-  app.add_option("--val-data", a.val_data, "validation shards (llm.c .bin files: a glob or comma list)");
+  add_setting_flags(app, a.settings, {"val_data"});  // llm.c .bin files: a glob or comma list
   add_number(app, "--batch", a.batch, "rows per forward: HellaSwag endings, or validation sequences B")
       ->capture_default_str()->check(CLI::Range(1, 1 << 16));
   add_number(app, "--seq", a.seq, "validation sequence length T (0: the model's maxT)")
@@ -85,6 +85,7 @@ int run_eval(int argc, char** argv) {
   app.add_flag("--json", a.json, "print the result as one JSON object");
   if (!parse_command_line(app, argc, argv)) return 0;
   const TrainConfig& s = a.settings;
+  a.val_data = s.val_data;
   RZ_CHECK(!a.hellaswag.empty() || !a.val_data.empty(), "eval: nothing to evaluate (give --hellaswag and/or --val-data)");
   RZ_CHECK(app.count("--limit") == 0 || !a.hellaswag.empty(), "--limit: does nothing without --hellaswag");
   for (const char* flag : {"--seq", "--batches", "--tokenizer", "--gpt2-dir"})

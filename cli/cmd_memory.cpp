@@ -38,8 +38,7 @@ namespace {
 
 struct MemoryArgs {
   std::string model;
-  int layers = 0, channels = 0, heads = 0, vocab = 0, seq = 0, max_seq = 0;
-  int batch = 1;
+  int seq = 0;  // T: 0 takes the model's maxT (not train's seq, which is never 0)
   double params = 0.0;
   std::vector<int> nranks;
   std::string strategy = "all";
@@ -48,14 +47,20 @@ struct MemoryArgs {
   std::string device = "cpu";
   int threads = 1;
   bool json = false;
-  // --precision, --attention, --bucket-mb, --buckets-in-flight and --grad-reduce-dtype: rows
-  // of train's settings table, with train's defaults.
-  TrainConfig settings;
+  // --layers, --channels, --heads, --vocab, --max-seq, --batch, --precision, --attention,
+  // --bucket-mb, --buckets-in-flight and --grad-reduce-dtype: rows of train's settings table,
+  // with train's defaults but for memory's micro-batch of 1.
+  TrainConfig settings = [] {
+    TrainConfig c;
+    c.batch = 1;
+    return c;
+  }();
   bool recompute_given = false;  // --recompute was on the command line
 
   // A model shape was given (the planner), else a bare --params count.
   bool shape() const {
-    return !model.empty() || layers || channels || heads || vocab || seq || max_seq || settings.family != "auto" ||
+    return !model.empty() || settings.layers || settings.channels || settings.heads || settings.vocab || seq ||
+           settings.max_seq || settings.family != "auto" ||
            settings.kv_heads || settings.intermediate || settings.classifier != "auto";
   }
 };
@@ -117,15 +122,12 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       "ringzero memory"};
   app.add_option("--model", a.model, "preset: " + or_list(model_preset_names()) + " (docs/model.md)");
   add_setting_flags(app, a.settings, {"family", "kv_heads", "intermediate", "classifier"});
-  add_number(app, "--layers", a.layers, "L (overrides the preset; default preset d12)")->check(CLI::PositiveNumber);
-  add_number(app, "--channels", a.channels, "C")->check(CLI::PositiveNumber);
-  add_number(app, "--heads", a.heads, "NH")->check(CLI::PositiveNumber);
-  add_number(app, "--vocab", a.vocab, "V")->check(CLI::PositiveNumber);
+  // The shape keys override the preset (d12 when only they are given).
+  add_setting_flags(app, a.settings, {"layers", "channels", "heads", "vocab"});
   add_number(app, "--seq", a.seq, "T: sequence length of the activations and rows of wpe (default the model's maxT)")
       ->check(CLI::PositiveNumber);
-  add_number(app, "--max-seq", a.max_seq, "maxT: rows of wpe when they differ from --seq (train's max_seq)")
-      ->check(CLI::PositiveNumber);
-  add_number(app, "--batch", a.batch, "B: micro-batch size per rank for the activations")->capture_default_str();
+  add_setting_flags(app, a.settings, {"max_seq"});  // rows of wpe when they differ from --seq
+  add_setting_flags(app, a.settings, {"batch"});  // B of the activations
   add_number(app, "--params", a.params, "a bare parameter count such as 7e9 (model states only)");
   add_number(app, "--nranks", a.nranks, "number of ranks N (repeatable; default 1 2 4 8 64)")
       ->check(CLI::Range(1, 1 << 20));
@@ -149,7 +151,7 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
   add_setting_flags(app, a.settings, {"grad_reduce_dtype"});
   app.add_flag("--json", a.json, "print one JSON object instead of the table");
   if (!parse_command_line(app, argc, argv)) return false;
-  RZ_CHECK(a.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.batch);
+  RZ_CHECK(a.settings.batch >= 1, "--batch: expected a positive micro-batch size, found %d", a.settings.batch);
 
   const bool shape = a.shape();
   const bool params = app.count("--params") > 0;
@@ -164,9 +166,7 @@ bool parse_memory_args(int argc, char** argv, MemoryArgs& a) {
       RZ_CHECK(app.count(flag) == 0,
                "%s: does nothing with a bare --params count, which gives the model states only (give a model shape: "
                "--model or --layers/--channels/...)", flag);
-  RZ_CHECK(app.count("--buckets-in-flight") == 0 || a.strategy == "all" || strategy_traits(parse_strategy(a.strategy)).shards_grads,
-           "--buckets-in-flight: does nothing with --strategy %s (only zero2 and zero3 stage gradient buckets)",
-           a.strategy.c_str());
+  check_buckets_in_flight_read(app.count("--buckets-in-flight") > 0, a.strategy);
   if (a.nranks.empty()) a.nranks = {1, 2, 4, 8, 64};
   a.recompute_given = app.count("--recompute") > 0;
   return true;
@@ -195,7 +195,7 @@ struct MemoryQuery {
       in.attention = a.settings.attention;
       in.kind = k;
       in.nranks = n;
-      in.batch = a.batch;
+      in.batch = a.settings.batch;
       in.seq = T;
       in.bucket_mb = a.settings.bucket_mb;
       in.buckets_in_flight = a.settings.buckets_in_flight;
@@ -223,12 +223,12 @@ MemoryQuery resolve_query(const MemoryArgs& a) {
   ParamLayout layout;
   double P = a.params;
   int T = 0;
-  RZ_CHECK(a.max_seq == 0 || a.seq <= a.max_seq, "--seq: T=%d exceeds --max-seq %d", a.seq, a.max_seq);
+  RZ_CHECK(a.settings.max_seq == 0 || a.seq <= a.settings.max_seq, "--seq: T=%d exceeds --max-seq %d", a.seq, a.settings.max_seq);
   if (shape) {
     // maxT: --max-seq, else --seq (the rows of wpe the activations need).
     cfg = override_shape(model_preset(a.model.empty() ? "d12" : a.model),
-                         {.layers = a.layers, .channels = a.channels, .heads = a.heads, .vocab = a.vocab,
-                          .max_seq = a.max_seq ? a.max_seq : a.seq, .family = a.settings.family,
+                         {.layers = a.settings.layers, .channels = a.settings.channels, .heads = a.settings.heads, .vocab = a.settings.vocab,
+                          .max_seq = a.settings.max_seq ? a.settings.max_seq : a.seq, .family = a.settings.family,
                           .kv_heads = a.settings.kv_heads, .intermediate = a.settings.intermediate,
                           .classifier = a.settings.classifier});
     finalize_config(cfg);
@@ -238,12 +238,12 @@ MemoryQuery resolve_query(const MemoryArgs& a) {
     // The planner counts bytes in 64 bits: a shape whose activations alone pass an exabyte
     // (an upper estimate in doubles: every layer's (B, T, C) tensors and (B, NH, T, T)
     // attention, the (B, T, Vp) logits) is refused instead of wrapping around.
-    const double bt = double(a.batch) * T;
+    const double bt = double(a.settings.batch) * T;
     const double upper = 4.0 * bt *
                          (64.0 * cfg.channels * cfg.num_layers + 2.0 * cfg.num_heads * cfg.num_layers * T +
                           2.0 * cfg.padded_vocab_size);
     RZ_CHECK(upper < 1e18, "--batch %d x --seq %d: the activations of L=%d C=%d would pass 1e18 bytes; nothing that "
-             "large can be planned", a.batch, T, cfg.num_layers, cfg.channels);
+             "large can be planned", a.settings.batch, T, cfg.num_layers, cfg.channels);
   }
   const std::vector<Recompute> recomputes =
       a.recompute == "all" ? std::vector<Recompute>(std::begin(kRecomputes), std::end(kRecomputes))
@@ -346,7 +346,7 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
     j["model"] = {{"family", family_name(q.cfg.family)}, {"layers", q.cfg.num_layers}, {"channels", q.cfg.channels},
                   {"heads", q.cfg.num_heads}, {"kv_heads", q.cfg.num_kv_heads}, {"intermediate", q.cfg.intermediate},
                   {"tied", q.cfg.tied}, {"vocab", q.cfg.vocab_size}, {"padded_vocab", q.cfg.padded_vocab_size},
-                  {"max_seq_len", q.cfg.max_seq_len}, {"batch", q.a.batch}, {"seq", q.T}};
+                  {"max_seq_len", q.cfg.max_seq_len}, {"batch", q.a.settings.batch}, {"seq", q.T}};
     j["recompute"] = recompute_name(q.recomputes[0]);
     j["attention"] = attention_name(q.a.settings.attention);
   }
@@ -396,7 +396,7 @@ void print_json(const MemoryQuery& q, const std::vector<Row>& rows) {
 void print_table(const MemoryQuery& q, const std::vector<Row>& rows) {
   if (q.shape)
     std::printf("model: %s (Vp %d): %.0f parameters; %s; activations for B=%d T=%d, %s attention; %s ranks\n",
-                describe_shape(q.cfg).c_str(), q.cfg.padded_vocab_size, q.P, precision_name(q.prec), q.a.batch, q.T,
+                describe_shape(q.cfg).c_str(), q.cfg.padded_vocab_size, q.P, precision_name(q.prec), q.a.settings.batch, q.T,
                 attention_name(q.a.settings.attention), q.a.device.c_str());
   else
     std::printf("model: %.3g parameters (--params: model states only); %s\n", q.P, precision_name(q.prec));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks the module layering DESIGN.md describes: a module may include headers of its own
-# module and of the modules listed below it, nothing else.
+# Checks the module layering README.md describes (its test_layering paragraph; docs/tour.md
+# walks the modules): a module may include headers of its own module and of the modules
+# listed below it, nothing else.
 #
 #   base                                    (no other module)
 #   comm     base                           ring collectives, transports, rendezvous

@@ -337,7 +337,7 @@ phase_correct() {
 phase_fast() {
   configure_and_build || return
   local rz=$BUILD/ringzero
-  local bench=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --batch 16 --threads 8 --warmup 2
+  local bench=(bench-step --device cuda --model d12 --precision bf16 --seq 1024 --batch 16 --threads 8 --untimed-steps 2
                --steps 5)
   EXPECT=25 step "bench-step d12 B=16" 40 bench-b16.log "$rz" "${bench[@]}"
   EXPECT=20 step "bench-step d12 B=16 flash" 30 bench-b16-flash.log "$rz" "${bench[@]}" --attention flash

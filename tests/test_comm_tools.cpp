@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <nlohmann/json.hpp>
 
 #include "run_ringzero.h"
 
@@ -75,4 +76,47 @@ TEST_CASE("comm-trace --follow-chunk prints one chunk's path round by round") {
   r = run_ringzero("comm-trace --nranks 3 --follow-chunk 3");
   CHECK(r.status != 0);
   CHECK(r.output.find("--follow-chunk: expected a chunk index 0..2") != std::string::npos);
+}
+
+// comm-bench's collective table (cli/cmd_comm_bench.cpp kCollectives), row by row: each --op
+// runs its own collective (bytes sent per rank: 2(N-1)/N x M for AllReduce, (N-1)/N x M for
+// ReduceScatter and AllGather), checks its own answer (#wrong 0) and reports its own
+// bus-bandwidth factor (busbw / algbw, nccl-tests doc/PERFORMANCE.md).
+TEST_CASE("comm-bench's table: each --op runs, checks and scales its own collective") {
+  struct Row {
+    const char* op;
+    const char* sent;  // bytes one rank sends for M = 4096 on N = 4
+    double bus_factor;
+  };
+  for (const Row& row : {Row{"all_reduce", "6144", 1.5}, Row{"reduce_scatter", "3072", 0.75},
+                         Row{"all_gather", "3072", 0.75}}) {
+    auto [rc, out] = run_ringzero(std::string("comm-bench --transport thread --nproc 4 --op ") + row.op +
+                                  " --min-bytes 4K --max-bytes 4K --iters 1 --warmup 0 --json");
+    INFO(row.op << "\n" << out);
+    REQUIRE(rc == 0);
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    CHECK(j["op"] == row.op);
+    CHECK(j["wrong"] == 0);
+    CHECK(j["bytes"] == 4096);
+    CHECK(std::to_string(j["bytes_sent_per_rank"].get<uint64_t>()) == row.sent);
+    const double algbw = j["algbw_gbps"], busbw = j["busbw_gbps"];
+    REQUIRE(algbw > 0);
+    CHECK(busbw / algbw == Approx(row.bus_factor).epsilon(1e-12));
+  }
+}
+
+// comm-bench's ranks are the settings table's nproc_per_node and its untimed iterations
+// --warmup-iters (train's --warmup is LR warm-up steps); the old spellings --nproc and
+// --warmup stay as aliases of the same options (README, "Flag names").
+TEST_CASE("comm-bench: --nproc and --warmup are aliases of --nproc-per-node and --warmup-iters") {
+  for (const char* flags : {"--nproc 3 --warmup 2", "--nproc-per-node 3 --warmup-iters 2", "--nproc=3 --warmup-iters=2"}) {
+    auto [rc, out] = run_ringzero(std::string("comm-bench --transport thread --min-bytes 1K --max-bytes 1K --iters 1 ") + flags);
+    INFO(flags << "\n" << out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("all_reduce, 3 ranks, transport thread") != std::string::npos);
+    CHECK(out.find("1 iters after 2 warmup") != std::string::npos);
+  }
+  auto [rc, out] = run_ringzero("comm-bench --transport thread --nproc 65");
+  CHECK(rc != 0);
+  CHECK(out.find("--nproc") != std::string::npos);
 }

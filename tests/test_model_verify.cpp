@@ -163,7 +163,7 @@ TEST_CASE("ringzero bench-step benches a training config's shape and splits the 
   TempDir dir;
   write_small_config(dir, "");
   Result r = run_ringzero("bench-step --config " + dir.file("small.toml") +
-                          " --threads 1 --precision fp32 --steps 1 --warmup 0 --ops");
+                          " --threads 1 --precision fp32 --steps 1 --untimed-steps 0 --ops");
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.find("L=1 C=32 NH=2 V=257") != std::string::npos);
@@ -172,7 +172,7 @@ TEST_CASE("ringzero bench-step benches a training config's shape and splits the 
   for (const char* op : {"| matmul |", "| attention |", "| layernorm |", "| gelu |", "| adamw |"})
     CHECK(r.output.find(op) != std::string::npos);
   // a flag overrides the config; a bad shape or file is one error line and exit 1
-  CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --channels 48 --threads 1 --precision fp32 --steps 1 --warmup 0")
+  CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --channels 48 --threads 1 --precision fp32 --steps 1 --untimed-steps 0")
             .output.find("C=48") != std::string::npos);
   CHECK(run_ringzero("bench-step --config " + dir.file("small.toml") + " --seq 17 --threads 1").status == 1);
   CHECK(run_ringzero("bench-step --config " + dir.file("none.toml")).status == 1);
@@ -183,7 +183,7 @@ TEST_CASE("ringzero bench-step benches a training config's shape and splits the 
 TEST_CASE("ringzero bench-strategies benches a training config's shape and reports each rank's step CPU", "[bench]") {
   TempDir dir;
   write_small_config(dir, "nproc_per_node = 2\nbucket_mb = 0.01\n");
-  Result r = run_ringzero("bench-strategies --config " + dir.file("small.toml") + " --strategy zero2 --steps 2 --warmup 0");
+  Result r = run_ringzero("bench-strategies --config " + dir.file("small.toml") + " --strategy zero2 --steps 2 --untimed-steps 0");
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(r.output.find("(L=1 C=32 NH=2 V=257), B=2 T=16, N=2, fp32, buckets 0.01 MiB") != std::string::npos);
@@ -196,10 +196,41 @@ TEST_CASE("ringzero bench-strategies benches a training config's shape and repor
   CHECK(ranks[1] > 0.0);
   // a flag overrides the config; a bad file is one error line and exit 1
   Result one = run_ringzero("bench-strategies --config " + dir.file("small.toml") +
-                            " --nproc 1 --batch 1 --strategy ddp --steps 1 --warmup 0");
+                            " --nproc 1 --batch 1 --strategy ddp --steps 1 --untimed-steps 0");
   INFO(one.output);
   CHECK(one.status == 0);
   CHECK(one.output.find("B=1 T=16, N=1") != std::string::npos);
   CHECK(one.output.find("(ranks ") != std::string::npos);
   CHECK(run_ringzero("bench-strategies --config " + dir.file("none.toml")).status == 1);
+}
+
+// The benches are train's step with a timing hook (train/step.h) and take train's rows of
+// the settings table: --weight-decay reaches the strategy's AdamW (bench-strategies' final
+// hash moves with it; the table's default 0.1 given explicitly changes nothing), --nproc is
+// an alias of --nproc-per-node, and --warmup (train's LR warm-up) is refused with the bench's
+// own name for its untimed steps.
+TEST_CASE("bench-step and bench-strategies take train's settings rows and run train's step", "[bench]") {
+  const std::string base = "bench-strategies --model tiny --vocab 257 --batch 1 --seq 16 --strategy zero1 --steps 2 --untimed-steps 0 ";
+  auto hash = [&](const std::string& flags) {
+    Result r = run_ringzero(base + flags);
+    INFO(flags << "\n" << r.output);
+    REQUIRE(r.status == 0);
+    const size_t at = r.output.find(" hash ");
+    REQUIRE(at != std::string::npos);
+    return r.output.substr(at + 6, 16);
+  };
+  const std::string by_default = hash("--nproc 1");
+  CHECK(hash("--nproc-per-node 1 --weight-decay 0.1") == by_default);
+  CHECK(hash("--nproc 1 --weight-decay 0") != by_default);
+  CHECK(hash("--nproc 1 --lr 1e-3") != by_default);
+  for (const char* cmd : {"bench-step --model tiny --threads 1 --warmup 1", "bench-strategies --model tiny --warmup 1"}) {
+    Result r = run_ringzero(cmd);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("--warmup: ") != std::string::npos);
+    CHECK(r.output.find("untimed steps are --untimed-steps") != std::string::npos);
+  }
+  Result bad = run_ringzero("bench-step --model tiny --threads 1 --weight-decay -1");
+  CHECK(bad.status == 1);
+  CHECK(bad.output.find("--weight-decay") != std::string::npos);
 }

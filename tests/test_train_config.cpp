@@ -270,6 +270,26 @@ TEST_CASE("a key that would do nothing is an error naming what it needs") {
             .find("grad_shard_fp32: does nothing") == 0);  // fp32: the shard is fp32 already
 }
 
+// "buckets in flight only for zero2/zero3", stated once (train/config.h) for the settings'
+// idle-key check and the subcommands' --buckets-in-flight beside --strategy.
+TEST_CASE("buckets_in_flight is read only by the strategies that stage gradient buckets, in one rule") {
+  CHECK(strategies_staging_buckets("and") == "zero2 and zero3");
+  auto idle = [](auto mutate) {
+    TrainConfig c;
+    c.data = "d/train_*.bin";
+    mutate(c);
+    return error_of([&] { validate_config(c); });
+  };
+  CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; c.strategy = StrategyKind::zero1; })
+            .find("buckets_in_flight: does nothing without strategy zero2 or zero3") == 0);
+  CHECK(idle([](TrainConfig& c) { c.buckets_in_flight = 4; c.strategy = StrategyKind::zero3; }).empty());
+  CHECK_THROWS_WITH(check_buckets_in_flight_read(true, "ddp"),
+                    "--buckets-in-flight: does nothing with --strategy ddp (only zero2 and zero3 stage gradient buckets)");
+  CHECK_THROWS_WITH(check_buckets_in_flight_read(true, "zero1"), Catch::Contains("--strategy zero1"));
+  for (const char* s : {"zero2", "zero3", "all"}) CHECK_NOTHROW(check_buckets_in_flight_read(true, s));
+  CHECK_NOTHROW(check_buckets_in_flight_read(false, "ddp"));
+}
+
 TEST_CASE("a flag that turns a feature off leaves the TOML file's keys of that feature alone") {
   const std::string tiny = std::string(RINGZERO_SOURCE_DIR) + "/configs/tiny.toml";
   auto run = [&](std::vector<std::string> args) {

@@ -44,7 +44,7 @@ TEST_CASE("thread counts are bounded by the machine's cores with a clear error")
     check_one_line_error(run(tiny_args(std::string("--steps 1 --threads ") + n), 30), "--threads: expected 0");
   check_one_line_error(run(tiny_args("--steps 1 --threads 0"), 30, "OMP_NUM_THREADS=100000"),
                        "OMP_NUM_THREADS (or set --threads): 100000 threads");
-  check_one_line_error(run("bench-step --model tiny --threads 1,100000 --steps 1 --warmup 0", 30), "--threads: 100000 threads");
+  check_one_line_error(run("bench-step --model tiny --threads 1,100000 --steps 1 --untimed-steps 0", 30), "--threads: 100000 threads");
 }
 
 TEST_CASE("a FIFO or a directory where a file is read is refused before it is opened") {

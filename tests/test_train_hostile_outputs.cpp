@@ -132,7 +132,7 @@ TEST_CASE("an output the data pattern would read, or inside a prepared data dire
       {tiny_args("--steps 1 --flight-dir " + quote((d / "flight").string())), "flight_dir", "prepared data directory"},
       {plain_data + "--metrics " + quote((plain / "train_000001.bin").string()), "metrics", "data pattern"},
       {plain_data + "--metrics " + quote((plain_link / "train_000002.bin").string()), "metrics", "data pattern"},
-      {"bench-strategies --model tiny --strategy ddp --nproc 1 --steps 1 --warmup 0 --trace " +
+      {"bench-strategies --model tiny --strategy ddp --nproc 1 --steps 1 --untimed-steps 0 --trace " +
            quote((d / "train_000000.bin").string()), "--trace", "prepared data directory"},
       {"prepare --input " + quote((work_dir() / "text").string()) + " --out " + quote((d / "more").string()), "--out",
        "prepared data directory"},
@@ -190,7 +190,7 @@ TEST_CASE("bench-strategies --trace writes FILE.STRATEGY.json, whatever FILE end
   const fs::path dir = work_dir() / "bench_trace";
   fs::create_directories(dir);
   for (const std::string name : {"run.bin", "plain"}) {
-    Result r = run("bench-strategies --model tiny --strategy ddp --nproc 1 --batch 1 --seq 16 --steps 1 --warmup 0 "
+    Result r = run("bench-strategies --model tiny --strategy ddp --nproc 1 --batch 1 --seq 16 --steps 1 --untimed-steps 0 "
                    "--trace " + quote((dir / name).string()));
     INFO(r.output);
     REQUIRE(r.status == 0);

@@ -288,7 +288,7 @@ TEST_CASE("verify, sample and bench-step on the simulated device: the CPU's numb
   CHECK(s_sim.output == s_cpu.output);
 
   for (const char* precision : {"fp32", "bf16"}) {
-    const BinaryRun b = run_ringzero("bench-step --model tiny --batch 2 --seq 16 --threads 1 --steps 2 --warmup 1 "
+    const BinaryRun b = run_ringzero("bench-step --model tiny --batch 2 --seq 16 --threads 1 --steps 2 --untimed-steps 1 "
                                      "--device sim --precision " + std::string(precision));
     INFO(b.output);
     CHECK(b.status == 0);

@@ -240,7 +240,7 @@ TEST_CASE("train --trace-steps past the run is clipped; a bad window is a one-li
 
 TEST_CASE("bench-strategies --trace writes one timeline per strategy", "[trace]") {
   const fs::path out = work_dir() / "bench.json";
-  Result r = run("bench-strategies --model tiny --nproc 2 --strategy zero1 --batch 2 --seq 32 --steps 2 --warmup 1 "
+  Result r = run("bench-strategies --model tiny --nproc 2 --strategy zero1 --batch 2 --seq 32 --steps 2 --untimed-steps 1 "
                  "--bucket-mb 0.02 --trace " + quote(out.string()));
   INFO(r.output);
   REQUIRE(r.status == 0);

@@ -134,7 +134,7 @@ TEST_CASE("ddp, zero1, zero2 and zero3 are bitwise equal across processes (shm)"
     int rc = 0;
     std::string out = run_binary(
         "bench-strategies --model tiny --nproc " + std::to_string(n) +
-            " --transport shm --steps 10 --warmup 0 --batch 2 --seq 16 --bucket-mb 0.02 --buckets-per-unit",
+            " --transport shm --steps 10 --untimed-steps 0 --batch 2 --seq 16 --bucket-mb 0.02 --buckets-per-unit",
         rc);
     INFO(out);
     REQUIRE(rc == 0);

@@ -629,15 +629,31 @@ void check_no_idle_keys(const TrainConfig& c) {
        {"tokenizer"});
   idle(c.transport != d.transport, c.comm == CommBackend::ring, "transport", "comm = ring (mpi and nccl bring their own)",
        {"comm"});
-  const bool staged = strategy_traits(c.strategy).shards_grads;  // gradients staged bucket by bucket
+  const bool staged = strategy_traits(c.strategy).stages_grad_buckets();
   idle(c.buckets_in_flight != d.buckets_in_flight, staged, "buckets_in_flight",
-       "strategy zero2 or zero3 (only they stage gradient buckets)", {"strategy"});
+       ("strategy " + strategies_staging_buckets("or") + " (only they stage gradient buckets)").c_str(), {"strategy"});
   idle(c.grad_shard_fp32 != d.grad_shard_fp32, staged && c.precision() == Precision::bf16, "grad_shard_fp32",
        "strategy zero2 or zero3 in precision bf16 (otherwise the owned gradient shard is fp32 or not kept)",
        {"strategy", "precision"});
 }
 
 }  // namespace
+
+std::string strategies_staging_buckets(const char* conjunction) {
+  std::vector<std::string> names;
+  for (const StrategyTraits& t : kStrategyTraits)
+    if (t.stages_grad_buckets()) names.emplace_back(t.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? std::string(" ") + conjunction + " " : std::string(", ")) + names[i];
+  return out;
+}
+
+void check_buckets_in_flight_read(bool given, const std::string& strategy) {
+  RZ_CHECK(!given || strategy == "all" || strategy_traits(parse_strategy(strategy)).stages_grad_buckets(),
+           "--buckets-in-flight: does nothing with --strategy %s (only %s stage gradient buckets)", strategy.c_str(),
+           strategies_staging_buckets("and").c_str());
+}
 
 void validate_config(const TrainConfig& c) {
   for (const auto& k : kSettings) naming_key(k.name, [&] { check_allowed(c, k); });
@@ -683,8 +699,10 @@ namespace {
 // brackets and its value in `shown` as the default. A bool is a bare flag (--comm-debug),
 // resume a flag with an optional value (--resume, --resume=auto); the rest take a value. The
 // text given lands in *given, or (given null) in the option's results only.
-CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given) {
-  const std::string flag = "--" + dashed(k.name);
+// `aliases`: ",--old" names CLI11 takes as the same option (add_setting_flag).
+CLI::Option* add_setting_option(CLI::App& app, const Setting& k, const TrainConfig& shown, std::string* given,
+                                const std::string& aliases = "") {
+  const std::string flag = "--" + dashed(k.name) + aliases;
   std::string help = k.help;
   if (const std::string allowed = allowed_text(k); !allowed.empty()) help += " [" + allowed + "]";
   const bool is_bool = std::holds_alternative<bool TrainConfig::*>(k.field);
@@ -773,13 +791,19 @@ bool parse_train_args(int argc, char** argv, TrainConfig& cfg) {
   return true;
 }
 
+CLI::Option* add_setting_flag(CLI::App& app, TrainConfig& cfg, const char* key, std::initializer_list<const char*> aliases) {
+  const Setting* k = find_setting(key);
+  RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
+  std::string names;
+  for (const char* a : aliases) names += std::string(",") + a;
+  const std::string name = k->name;
+  return add_setting_option(app, *k, cfg, nullptr, names)->each([&cfg, name](const std::string& v) {
+    set_flag_value(cfg, name, v);
+  });
+}
+
 void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys) {
-  for (const char* key : keys) {
-    const Setting* k = find_setting(key);
-    RZ_CHECK(k != nullptr, "add_setting_flags: no config key '%s'", key);
-    const std::string name = k->name;
-    add_setting_option(app, *k, cfg, nullptr)->each([&cfg, name](const std::string& v) { set_flag_value(cfg, name, v); });
-  }
+  for (const char* key : keys) add_setting_flag(app, cfg, key, {});
 }
 
 }  // namespace rz

@@ -29,6 +29,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace rz {
@@ -225,6 +226,22 @@ GPT2Config config_model_shape(const TrainConfig& tc);
 // given sets cfg while app parses, through set_config_value; a bad value throws
 // "--key: expected ..., found ...". A key the table lacks throws at once.
 void add_setting_flags(CLI::App& app, TrainConfig& cfg, std::initializer_list<const char*> keys);
+// One row, with the other names a subcommand's flag had before it took the table's row
+// (`aliases`: {"--nproc"} beside --nproc-per-node): the same option under every name, the
+// table's name first in --help. Returns the option (count() counts every name).
+CLI::Option* add_setting_flag(CLI::App& app, TrainConfig& cfg, const char* key,
+                              std::initializer_list<const char*> aliases);
+
+// buckets_in_flight does something only with a strategy that stages gradient buckets
+// (StrategyTraits::stages_grad_buckets): the one statement of that rule, for
+// validate_config's idle keys and the subcommands that take --buckets-in-flight beside a
+// --strategy that may be "all" (which includes such a strategy). `given`: the flag was set.
+// Throws "--buckets-in-flight: does nothing with --strategy ddp (only zero2 and zero3 stage
+// gradient buckets)".
+void check_buckets_in_flight_read(bool given, const std::string& strategy);
+// The strategies that stage gradient buckets, from the traits table: "zero2 and zero3"
+// (`conjunction` "and"), "zero2 or zero3".
+std::string strategies_staging_buckets(const char* conjunction);
 
 // Parses `ringzero train [CONFIG.toml] [--key value ...]` (argv[0] = "train"), recording the
 // keys its flags set as Origin::flag. Returns false when --help was printed. Unknown flags

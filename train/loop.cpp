@@ -46,6 +46,7 @@
 #include "train/model_source.h"
 #include "train/schedule.h"
 #include "train/spike_guard.h"
+#include "train/step.h"
 #include "train/strategy_checkpoint.h"
 #include "train/tensorboard.h"
 #include "train/val_loss.h"
@@ -289,13 +290,7 @@ void Trainer::setup() {
     comm_->broadcast(model_->params(), model_->layout().total,
                      precision_ == Precision::bf16 ? DType::bf16 : DType::f32, 0);
   }
-  sopts_.kind = cfg_.strategy;
-  sopts_.bucket_mb = cfg_.bucket_mb;
-  sopts_.buckets_in_flight = cfg_.buckets_in_flight;
-  sopts_.grad_shard_fp32 = cfg_.grad_shard_fp32;
-  sopts_.grad_reduce_fp32 = precision_ == Precision::bf16 && cfg_.grad_reduce_dtype == "fp32";
-  sopts_.adamw.weight_decay = static_cast<float>(cfg_.weight_decay);
-  sopts_.grad_clip = static_cast<float>(cfg_.grad_clip);
+  sopts_ = strategy_options(cfg_, precision_);  // train/step.h: the benches' too
   strategy_ = make_strategy(*model_, *comm_, sopts_);
   host_comm_ = std::make_unique<HostCollectives>(*comm_, model_->backend());
   resize_or_fail(inputs_, static_cast<size_t>(cfg_.batch) * cfg_.seq, "the input batch (B x T tokens)");

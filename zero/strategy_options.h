@@ -32,6 +32,8 @@ struct StrategyTraits {
   bool runs_on_gpu_ranks;           // built for GPU ranks too (else CPU ranks only)
   // After AdamW every rank all-gathers the updated shards into its full parameters, in place.
   constexpr bool gathers_params_after_step() const { return shards_optimizer && !shards_params; }
+  // Gradients staged bucket by bucket (zero2, zero3): only these read buckets_in_flight.
+  constexpr bool stages_grad_buckets() const { return shards_grads; }
 };
 
 // Columns: kind, name, shards_optimizer, shards_grads, shards_params, cuts_buckets_at_units,

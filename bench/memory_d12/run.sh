@@ -32,7 +32,7 @@ if [ "${SKIP_TIME:-0}" != 1 ]; then
   for n in ${TIME_N:-2 4}; do
     for p in ${TIME_P:-fp32 bf16}; do
       echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg): bench-strategies $p N=$n"
-      $rz bench-strategies --model d12 --vocab 257 --nproc $n --precision $p --batch 1 --seq 64 --steps 2 --warmup 1 \
+      $rz bench-strategies --model d12 --vocab 257 --nproc $n --precision $p --batch 1 --seq 64 --steps 2 --untimed-steps 1 \
         --bucket-mb 1 --buckets-per-unit 2>&1 | grep -v AVX512 | tee "$out/bench_${p}_${n}.txt"
       echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg): done"
     done

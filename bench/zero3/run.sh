@@ -21,7 +21,7 @@ for n in 2 4; do
 done
 for n in 2 4; do
   for p in fp32 bf16; do
-    $rz bench-strategies --model d4 --vocab 257 --nproc $n --precision $p --batch 4 --seq 128 --steps 5 --warmup 1 \
+    $rz bench-strategies --model d4 --vocab 257 --nproc $n --precision $p --batch 4 --seq 128 --steps 5 --untimed-steps 1 \
       --bucket-mb 1 --buckets-per-unit 2>&1 | grep -v AVX512 | tee "$out/bench_${p}_${n}.txt"
   done
 done
