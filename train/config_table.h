@@ -15,7 +15,9 @@
 #define TOML_ASSERT_ASSUME(expr) static_assert(true)
 #include <toml++/toml.h>
 
-#include "train/config.h"
+namespace rz {
+struct TrainConfig;  // train/config.h: the table's owner includes this header, not the other way
+}  // namespace rz
 
 namespace rz::config_table {
 

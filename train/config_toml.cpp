@@ -5,6 +5,7 @@
 // line. What is the key's (its type, its allowed values, the error naming it) is the settings
 // table's, in config.cpp, reached through train/config_table.h.
 #include "train/config_table.h"
+#include "train/config.h"
 
 #include <unistd.h>
 

@@ -9,8 +9,9 @@
 //   ModelOptions mo; mo.device = at.device; mo.backend = at.backend;   // the model shares it
 //   CommOptions co = ...; auto comm = connect_rank(env, at, co);              // on at.device
 //
-// The model and the strategy on request are the trainer's own (train/loop.h): a bench that
-// needs a training step runs the Trainer, which uses these same calls.
+// The model and the strategy come after: the trainer (train/loop.h) builds them from the
+// settings table, and a bench that times a step builds them the same way
+// (train/step.h: strategy_options, timed_step), on a rank set up by these same calls.
 //
 // Placement, decided once per rank: a device spec (`--device`),
 // the rank's environment and the comm backend give the rank's device and its backend.
