@@ -9,7 +9,6 @@
 #include "cli/step_profile.h"
 
 #include <algorithm>
-#include <ctime>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -17,6 +16,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/memory.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/convert.h"
@@ -26,13 +26,8 @@ namespace rz {
 
 namespace {
 
-// Process CPU milliseconds (all threads) of a call: unlike wall time it does not count
-// the time other processes on a shared machine hold the cores.
-double cpu_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
-}
+// Process CPU milliseconds (all threads) of a call (base/clock.h).
+double cpu_ms() { return process_cpu_seconds() * 1e3; }
 
 // Accumulates CPU milliseconds per (op, phase) within one replay.
 struct OpClock {

@@ -1,8 +1,6 @@
 // train/step.cpp: the timed step of train/step.h.
 #include "train/step.h"
 
-#include <time.h>
-
 #include <vector>
 
 #include "base/clock.h"
@@ -22,18 +20,6 @@ StrategyOptions strategy_options(const TrainConfig& cfg, Precision precision) {
   so.grad_clip = static_cast<float>(cfg.grad_clip);
   return so;
 }
-
-namespace {
-
-// CPU seconds this process has used, all threads (Python's time.process_time(), which
-// bench/torch_peer_step.py reads around its step).
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-}  // namespace
 
 StepTimings timed_step(GPT2& model, Strategy& strategy, int B, int T, int accum, float lr, const MicroBatchFn& fill) {
   std::vector<int> inputs(size_t(B) * T), targets(inputs.size());
